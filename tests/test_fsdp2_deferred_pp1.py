@@ -48,9 +48,11 @@ def test_deferred_sync_reduces_once_a_step_and_gathers_every_micro_batch():
         "bucket_weights_all_gather": 0.2,
         "bucket_all_gather": 0.2,
     }
-    # ZeRO-3: one reduction, 2 m gathers; the backward gathers keep the m backward passes as window
-    grad, window, _, gather, _, _ = zero_stage_fields(3, prices, 10.0, 5.0, 15.0, 4, False, reduce_m=1)
-    assert (grad, window, gather) == (1.0, 40.0, 16.0)
+    # ZeRO-3: one reduction, 2 m gathers; the backward gathers keep the m backward passes as window,
+    # the reduction the last alone (the m - 1 passes before it: `early_window_s`)
+    grad, window, _, gather, _, _, early = zero_stage_fields(3, prices, 10.0, 5.0, 15.0, 4, False, reduce_m=1)
+    assert (grad, window, gather, early) == (1.0, 40.0, 16.0, 30.0)
+    assert zero_stage_fields(3, prices, 10.0, 5.0, 15.0, 4, False)[6] == 0.0  # every micro-batch: none
     # ZeRO-2: the one reduction hides behind the last micro-batch's backward alone
     grad, window, *_ = zero_stage_fields(2, prices, 10.0, 5.0, 0.0, 4, False, reduce_m=1)
     assert (grad, window) == (1.0, 10.0)
@@ -100,3 +102,44 @@ def test_the_fsdp2_preset_keeps_the_stage_gathered_under_a_pipeline_as_torchtita
     titan = training_memory(_scenario(EVERY, m=4, pp=2, framework="torchtitan"))
     assert stack_memory("fsdp2").pp_unsharded_grad_bytes == stack_memory("torchtitan").pp_unsharded_grad_bytes == 4.0
     assert float(fsdp2.buffers_bytes) == float(titan.buffers_bytes) > 10e9
+
+
+def test_a_deferred_reduction_hides_behind_the_last_backward_alone():
+    """Under the deferred sync the one reduction starts in the last micro-batch's backward (torch's
+    post_backward returns before `foreach_reduce` until then): the earlier passes hide only their own
+    gathers. m = 4, one backward 10 s, a reduction of 15 s, backward gathers of 2 s a pass: 7 s exposed
+    (2 + 15 - 10), where pooling the four passes (40 s) hid it all."""
+    from shardwise.engines.dp_comm import DpComm
+
+    fields = {"grad_s": 15.0, "grad_window_s": 40.0, "grad_bucket_s": 0.0, "gather_s": 16.0}
+    fields |= {"gather_window_s": 60.0, "gather_bucket_s": 0.0, "shared_window": True}
+    pooled, last = DpComm(**fields), DpComm(**fields, early_window_s=30.0)
+    assert pooled.exposed_s(True) == (0.0, 0.0)
+    assert last.exposed_s(True) == (pytest.approx(7.0), 0.0)
+    # idle early passes lose nothing where their gathers already fill them
+    assert (
+        DpComm(**(fields | {"gather_s": 80.0, "gather_window_s": 80.0}), early_window_s=30.0).zero3_phases()[1] == 55.0
+    )
+
+
+def _short(sync: str, m: int) -> Scenario:
+    """Llama 3 8B at 1,024 tokens on 32 H100s under torchtitan's FSDP2: one backward pass (~0.1 s)
+    shorter than the fp32 reduce-scatter across the servers with the pass's own gathers."""
+    fw = stack_execution("torchtitan", {}, "bf16")
+    fw.update(fsdp2_grad_sync=sync)
+    plan = Plan(dp=32, global_batch=m * 32, micro_batch=1, zero_stage=3, **fw)
+    return Scenario(presets.model("llama3-8b", seq_len=1024), presets.system("dgx-h100", nodes=4), plan)
+
+
+def test_more_micro_batches_do_not_hide_a_deferred_reduction_in_both_engines():
+    """The exposed data-parallel time of a deferred ZeRO-3 step is at least the one-micro-batch step's
+    (the same last backward hides the same reduction; before, m = 2 exposed 26% less than m = 1, the
+    first pass hiding part of it), and the closed form and the simulator agree."""
+    exposed = {}
+    for m in (1, 2, 4):
+        closed = estimate_training_step(_short(LAST, m))
+        simulated = simulate_training_step(_short(LAST, m)).estimate
+        exposed[m] = float(closed.breakdown.dp_comm_s)
+        assert float(simulated.breakdown.dp_comm_s) == pytest.approx(exposed[m], rel=1e-6)
+        assert float(simulated.step_time_s) == pytest.approx(float(closed.step_time_s), rel=1e-6)
+    assert exposed[1] <= exposed[2] <= exposed[4]

@@ -91,3 +91,20 @@ def test_the_flag_sets_it_and_is_refused_without_fsdp2(cli):
     assert own.fsdp2_grad_sync == "last-micro-batch" and synced.fsdp2_grad_sync == "every-micro-batch"
     code, _, err = cli([*args, "--framework", "nemo-automodel", "--fsdp2-grad-sync", "every-micro-batch"])
     assert code == 0, err
+
+
+def test_automodels_moe_benchmarks_before_the_outer_wrap_reduce_every_micro_batch():
+    """NeMo AutoModel's MoE benchmark rows first published before 8134b0c03 (the outer ForCausalLM not an
+    FSDPModule, so `get_sync_ctx` turned nothing off) are priced every-micro-batch at pp 1; the
+    Nemotron 3 Nano row (bb0c0bfb08, `defer_fsdp_grad_sync` left at its default True) and the pipelined
+    ones keep the preset's last-micro-batch."""
+    from shardwise.analyses import public_moe, public_runs
+
+    rows = {r["id"]: public_moe.resolved(r) for r in public_runs.raw_rows()}
+    sync = {i: public_runs.request_for(rows[i]).scenario().plan.fsdp2_grad_sync for i in rows if i in _AUTOMODEL_MOE}
+    every, last = "every-micro-batch", "last-micro-batch"
+    assert sync == {"PUB-0851": every, "PUB-0852": every, "PUB-0853": every, "PUB-0854": every, "PUB-0863": last}
+    assert all(public_runs.request_for(rows[i]).scenario().plan.pp > 1 for i in ("PUB-0848", "PUB-0850"))
+
+
+_AUTOMODEL_MOE = ("PUB-0851", "PUB-0852", "PUB-0853", "PUB-0854", "PUB-0863")

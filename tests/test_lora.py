@@ -10,6 +10,7 @@ import pytest
 
 from shardwise import presets
 from shardwise.engines.simulated import simulate_training_step
+from shardwise.engines.tp_overlap import TpComm
 from shardwise.engines.training import estimate_training_step
 from shardwise.engines.training_flops import flops_per_step
 from shardwise.errors import SpecError
@@ -387,3 +388,40 @@ def test_dgxc_lora_recipes_block_on_their_pipeline_sends():
     ]
     one, two = sorted(bf16, key=lambda x: x.num_gpus)[:2]
     assert two.predicted_step_s > one.predicted_step_s  # the sends cross servers from 16 GPUs on (published: x1.031)
+
+
+def _tp_costs(scn: Scenario) -> tuple[float, float, TpComm]:
+    from shardwise.engines.costs import layer_cost
+    from shardwise.engines.tp_overlap import tp_comm
+    from shardwise.physics.collectives import Fabric
+
+    comm = tp_comm(scn, Fabric.of(scn.cluster), 2)
+    cost, _ = layer_cost(scn, comm)
+    return float(cost.tp_forward_s), float(cost.tp_backward_s), comm
+
+
+def test_frozen_layers_under_sequence_parallelism_re_gather_nothing_for_a_weight_gradient():
+    """Backward under SP, collectives exposed (no async TP gradient): full training pays per block
+    the output-gradient gather, the input re-gather for dW and the dX reduce-scatter; LoRA (the
+    base weights frozen: TE gathers only `if weight.requires_grad`) the first and last only."""
+    plain = {"async_tp_grad": False, "tp_comm_overlap": False}
+    _, full_b, comm = _tp_costs(_scenario(0, **plain))
+    _, lora_b, _ = _tp_costs(_scenario(32, **plain))
+    blocks = 2  # attention and the MLP
+    assert full_b == pytest.approx(blocks * (2 * comm.all_gather + comm.reduce_scatter), rel=1e-9)
+    assert lora_b == pytest.approx(blocks * (comm.all_gather + comm.reduce_scatter), rel=1e-9)
+
+
+def test_fp8_lora_without_userbuffers_gathers_the_returned_norm_output_in_16_bits():
+    """PEFT returns the gathered norm output of the layers it wraps (`return_layernorm_output_gathered`,
+    without userbuffers): TE gathers it in 16 bits where full FP8 training gathers FP8."""
+    plain = {"async_tp_grad": False, "tp_comm_overlap": False, "precision": "fp8"}
+    full_f, _, comm = _tp_costs(_scenario(0, **plain))
+    qkv_f, _, _ = _tp_costs(_scenario(32, lora_targets="qkv", **plain))
+    both_f, _, _ = _tp_costs(_scenario(32, lora_targets="qkv,fc1", **plain))
+    assert comm.gather_input < comm.all_gather  # the FP8 gather moves fewer bytes
+    step = comm.all_gather - comm.gather_input
+    assert qkv_f == pytest.approx(full_f + step, rel=1e-9)
+    assert both_f == pytest.approx(full_f + 2 * step, rel=1e-9)
+    # proj and fc2 adapters leave the norms alone
+    assert _tp_costs(_scenario(32, lora_targets="proj,fc2", **plain))[0] == pytest.approx(full_f, rel=1e-12)

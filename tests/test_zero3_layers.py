@@ -70,9 +70,9 @@ def test_zero_3_reads_the_per_layer_prices_and_the_others_the_whole_stages():
         "all_gather": 0.5,
         "bucket_all_gather": 0.05,
     }
-    grad, _, _, gather, _, _ = zero_stage_fields(3, prices, 1.0, 0.5, 1.5, 4, False)
+    grad, _, _, gather, *_ = zero_stage_fields(3, prices, 1.0, 0.5, 1.5, 4, False)
     assert (grad, gather) == (4 * 3.0, 2 * 4 * 2.0)
-    grad, _, _, gather, _, _ = zero_stage_fields(2, prices, 1.0, 0.5, 0.0, 4, False)
+    grad, _, _, gather, *_ = zero_stage_fields(2, prices, 1.0, 0.5, 0.0, 4, False)
     assert (grad, gather) == (4 * 1.0, 0.5)
     assert {"layer_reduce_scatter", "layer_all_gather"} <= set(zero_collectives(3))
     assert not {"layer_reduce_scatter", "layer_all_gather"} & set(zero_collectives(1))

@@ -144,6 +144,26 @@ AUTOMODEL_CONFIGS: dict[tuple[str, str, str], dict[str, object]] = {
     # examples/llm_pretrain/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml: enable_compile: True
     # (its attention stays the row's stated Transformer Engine one)
     ("2013a4dd6e", "llama3-70b", "pretrain"): {"eager_kernels": False},
+    # The MoE benchmark configs (examples/benchmark/configs/*_te_deepep.yaml, `parallelizer:
+    # nemo_automodel.components.moe.parallelizer.parallelize_model`) at pp 1 before 8134b0c03 (2025-11-11):
+    # `apply_fsdp` wraps the blocks, the embedding, the head and the inner `model.model` but not the outer
+    # ForCausalLM (no `fully_shard_default(model)`), and train_ft.py's `get_sync_ctx(model, is_optim_step)`
+    # turns FSDP2's gradient sync off only `if isinstance(model, FSDPModule)`: a no-op on the outer model,
+    # so every micro-batch reduce-scatters (components/distributed/utils.py, moe/parallelizer.py at
+    # 89e3a9fdd6 and 8d9bfb90e3; benchmark.py calls `_forward_backward_step` per micro-batch). 8134b0c03
+    # wraps the outer model, and from 1645e6123 `defer_fsdp_grad_sync` (default True) keeps the deferral:
+    # the Nemotron 3 Nano benchmark config (nemotron_nano_v3_te_deepep.yaml, bb0c0bfb08) sets no
+    # `defer_fsdp_grad_sync`, so its row keeps the preset's last-micro-batch. Pipelined rows (DeepSeek-V3,
+    # Kimi K2) sync in torch's pipeline schedule, not here.
+    **{
+        (commit, model, "pretrain"): {"fsdp2_grad_sync": "every-micro-batch"}
+        for commit, model in (
+            ("89e3a9fdd6", "qwen3-30b-a3b"),
+            ("89e3a9fdd6", "gpt-oss-20b"),
+            ("89e3a9fdd6", "gpt-oss-120b"),
+            ("8d9bfb90e3", "qwen3-30b-a3b"),
+        )
+    },
 }
 # Automodel's pipelined LoRA benchmarks: (model, GPUs) -> step_scheduler.local_batch_size (docstring)
 AUTOMODEL_LOCAL_BATCH = {("llama3-70b", 8): 4, ("llama3-70b", 16): 8, ("qwen2.5-32b", 8): 8, ("qwen2.5-32b", 16): 8}

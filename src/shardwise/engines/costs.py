@@ -37,7 +37,7 @@ from shardwise.physics.flops import (
     layer_forward,
 )
 from shardwise.physics.linears import GemmTimes
-from shardwise.physics.lora import lora_layer_times, norm_returned
+from shardwise.physics.lora import lora_layer_times, lora_sp_gathers, norm_returned
 from shardwise.physics.microbatch import plan_accumulate_bytes
 from shardwise.physics.stack import (
     EAGER_ELEMENTWISE_KERNELS,
@@ -244,6 +244,11 @@ def layer_cost(
     sms = gpu.sm_count
     async_grad = np.asarray(plan.async_tp_grad, dtype=bool)
     ub = np.asarray(plan.tp_comm_overlap, dtype=bool) & sp
+    # LoRA: the frozen base layers re-gather nothing for a weight gradient; the norm-fed layers an adapter
+    # wraps gather their input in 16 bits (`physics.lora.lora_sp_gathers`)
+    gather_q, gather_u, gather_x = lora_sp_gathers(
+        fwd, plan.lora_rank, plan.lora_targets, ub, gather_in, comm.all_gather, gather_x
+    )
     active = np.asarray(t) > 1
     # Transformer Engine's current scaling and NVFP4 share one scale per sequence-parallel tensor: its amax is
     # all-reduced over the TP group before the scale (`physics.casts.reduces_amax`), for the column-parallel
@@ -285,18 +290,18 @@ def layer_cost(
         return np.where(ub, with_ub, beside)
 
     # forward
-    sp_fwd_mlp = mlp * gather_beside(gather_in, u.forward_s, "u") + mlp * hide(
+    sp_fwd_mlp = mlp * gather_beside(gather_u, u.forward_s, "u") + mlp * hide(
         scatter, d.forward_s, ub, UB_PIPELINED_RS_SMS, UB_PIPELINED_RS_SPLITS
     )
     sp_fwd = (
-        mix * gather_beside(gather_in, q.forward_s, "q")
+        mix * gather_beside(gather_q, q.forward_s, "q")
         + mix * hide(scatter, o.forward_s, ub, UB_PIPELINED_RS_SMS, UB_PIPELINED_RS_SPLITS)
         + sp_fwd_mlp
     )
     blocks = mix + mlp  # attention (or a hybrid's mixers) and (when there is one) the dense MLP
     tp_fwd = np.where(sp, sp_fwd, blocks * reduce) + blocks * amax
     tp_fwd_mlp = np.where(sp, sp_fwd_mlp, mlp * reduce) + mlp * amax  # the dense MLP's own (`Plan.recompute_modules`)
-    tp_fwd_total = np.where(sp, blocks * (gather_in + scatter), blocks * reduce) + blocks * amax
+    tp_fwd_total = np.where(sp, mix * gather_q + mlp * gather_u + blocks * scatter, blocks * reduce) + blocks * amax
     # backward
     col_sms_ag = np.where(ub, UB_BULK_AG_SMS, NCCL_OVERLAP_SMS)
     col_sms_rs = np.where(ub, UB_BULK_RS_SMS, NCCL_OVERLAP_SMS)

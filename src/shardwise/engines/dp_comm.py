@@ -38,6 +38,9 @@ class DpComm:
     gather_s: Number
     gather_window_s: Number
     gather_bucket_s: Number
+    # ZeRO-3 under a deferred gradient sync: the backward compute of the micro-batches before the
+    # last, which the reductions cannot use (`zero3_phases`); 0 where they reduce every micro-batch
+    early_window_s: Number = 0.0
     shared_window: Number = False  # ZeRO-3: gathers and reductions overlap the same compute
     # ZeRO-0/1: one reduction (and gather) per step, per model chunk (see `exposed_s`)
     per_chunk: Number = False
@@ -179,13 +182,28 @@ class DpComm:
         A host-bound layer's wait (`host_wait_s`) is idle GPU time of both passes that the model
         books in the backward: the forward gathers run through what the backward's collectives
         leave of it (without that, a faster GPU shortened the forward window while the wait grew
-        in the backward, and the step rose: tests/test_invariants.py)."""
+        in the backward, and the step rose: tests/test_invariants.py).
+
+        Under FSDP2's deferred gradient sync (`early_window_s` > 0: `dp_step.reduce_micro_batches` 1
+        of m) the one reduction starts in the last micro-batch's backward: torch's
+        `FSDPParamGroup.post_backward` returns before `foreach_reduce` while `reduce_grads` is off
+        (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py), so the earlier backward passes hide
+        only their own gathers (the backward gathers spread evenly over the m passes), and what they
+        leave idle is lost to the reduction: added to the backward's collectives, so that the excess
+        over the m passes is that of the last pass alone (the simulator hides the same sum behind
+        the earlier passes, then the rest behind the last one's)."""
         forward_gathers = 0.5 * self.gather_s
         forward_window = maximum(self.gather_window_s - self.grad_window_s, 0.0)  # the compute beside the backward
-        backward_s = self.grad_s + (self.gather_s - forward_gathers)
+        backward_gathers = self.gather_s - forward_gathers
+        backward_s = self.grad_s + backward_gathers
         spare_wait = minimum(self.host_wait_s, maximum(self.grad_window_s - backward_s, 0.0))
         forward_excess = maximum(forward_gathers - forward_window - spare_wait, 0.0)
-        return forward_excess, backward_s, self.grad_window_s
+        early = self.early_window_s
+        if one_value(early) and not np.any(early):
+            return forward_excess, backward_s, self.grad_window_s
+        early_share = ifelse(as_float(self.grad_window_s) > 0, early / maximum(self.grad_window_s, 1e-30), 0.0)
+        lost = maximum(early - early_share * backward_gathers, 0.0)  # the early passes' idle compute
+        return forward_excess, backward_s + lost, self.grad_window_s
 
     def _shared_s(self, overlap: np.ndarray, drain_s: Number) -> Number:
         both = self.grad_s + self.gather_s
@@ -211,7 +229,8 @@ def zero_stage_fields(
     collectives and the stage's backward, forward and total seconds per micro-batch. `m`: the
     micro-batches whose collectives run; `reduce_m` (default `m`): those whose ZeRO-2/3 reductions
     run (`dp_step.reduce_micro_batches`: 1 where FSDP2 defers its gradient sync, each reduction then
-    beside the last micro-batch's backward; ZeRO-3's backward gathers keep the m backward passes).
+    beside the last micro-batch's backward; ZeRO-3's backward gathers keep the m backward passes, its
+    reductions the last alone: the 7th field, `DpComm.early_window_s`).
 
     `grad_all_reduce` (`Plan.zero1_grad_all_reduce`): ZeRO-1's gradients all-reduced whole after
     the backward passes, with nothing to hide behind: nanotron wraps no DDP when it accumulates in
@@ -223,7 +242,7 @@ def zero_stage_fields(
     the same at 0e0a27ea (2025-02) and on the nouamane/bench2 branch (2024-12)."""
     price = prices.__getitem__
     if k == 0:
-        return price("all_reduce"), backward, price("bucket_all_reduce"), 0.0, 0.0, price("bucket_all_gather")
+        return price("all_reduce"), backward, price("bucket_all_reduce"), 0.0, 0.0, price("bucket_all_gather"), 0.0
     after_optimizer = ifelse(as_bool(overlap_param_gather), forward, 0.0)  # ZeRO-1/2's gather behind the next forward
     per_step = k == 1  # ZeRO-1 reduces once per step, ZeRO-2/3 once per micro-batch
     reduction = price("layer_reduce_scatter" if k == 3 else "reduce_scatter")  # ZeRO-3: one per layer
@@ -243,11 +262,13 @@ def zero_stage_fields(
             price("all_gather"),
             after_optimizer,
             price("bucket_all_gather"),
+            0.0,
         )
     # ZeRO-3: two gathers per micro-batch, layer by layer (`data_parallel.collective_prices`),
     # prefetched behind all the compute but the first of each forward and backward pass
     gathers = 2 * m * price("layer_all_gather"), m * total, 2 * m * price("bucket_weights_all_gather")
-    return grad, window, price("unit_reduce_scatter"), *gathers
+    early = maximum(m - rm, 0.0) * backward  # a deferred sync: the passes before the reduction (`zero3_phases`)
+    return grad, window, price("unit_reduce_scatter"), *gathers, early
 
 
 def unhideable_s(bucket_s: Number, total_s: Number, contention: Number) -> Number:

@@ -135,6 +135,45 @@ def norm_returned(fwd: LayerForward, rank: Number, targets: str = DEFAULT_TARGET
     return on * qkv, on * up
 
 
+def lora_sp_gathers(
+    fwd: LayerForward,
+    rank: Number,
+    targets: str,
+    userbuffers: Number,
+    gather_in: Number,
+    gather_16bit: Number,
+    gather_wgrad: Number,
+) -> tuple[Number, Number, Number]:
+    """Seconds of the sequence-parallel all-gathers in front of QKV and MLP up in the forward pass,
+    and of the backward re-gather of their input for the weight gradient, under LoRA (`rank` > 0;
+    `gather_in`, `gather_wgrad` as full training has them; `gather_16bit`: one gather of the 16-bit
+    activation).
+
+    - Backward: the base weights are frozen, so no weight gradient needs the gathered input and
+      Transformer Engine's LayerNormLinear and Linear do not re-gather it (TE v1.13 layernorm_linear.py
+      backward: `if weight.requires_grad and ... sequence_parallel: gather_along_first_dim(ln_out, ...)`;
+      TE d0067d0: `ctx.ln_out_needs_gather = weight.requires_grad and parallel_mode == "column" and
+      sequence_parallel`); PyTorch's own linears keep the gathered input only where the weight has a
+      gradient. Nothing in the layer's backward replaces it: the adapter's A keeps its own input.
+    - Forward, without userbuffers: PEFT has the wrapped norm-fed layer return its norm output
+      gathered (`return_layernorm_output_gathered`, Megatron-Bridge src/megatron/bridge/peft/utils.py
+      @067f987 `get_adapter_attributes_from_linear`: sequence parallel and not `ub_overlap_ag`, TE >=
+      1.5, then `disable_sequence_parallel_comm = True`: the adapter does not gather again), and
+      Transformer Engine then gathers the norm output in 16 bits and casts the gathered tensor (TE
+      v1.13: `ln_out` is 16-bit under `return_layernorm_output`, `gather_along_first_dim(ln_out)`, then
+      `cast_to_fp8(ln_out_total)`; TE d0067d0: "Perform all-gather in high precision if gathered norm
+      output will be returned"): one all-gather still, at 16 bits where the recipe would gather FP8.
+      With userbuffers the adapter gathers on its own (not priced here; `gather_in` is kept).
+    The adapter's input gradient is added to the base layer's before its one reduce-scatter (TE v1.13
+    `dgrad = dgrad + grad_outputs[1]` ahead of `reduce_scatter_along_first_dim`): no collective more."""
+    on = np.asarray(rank, dtype=float) > 0
+    qkv, up = norm_returned(fwd, rank, targets)
+    plain = on & ~np.asarray(userbuffers, dtype=bool)
+    gather_q = np.where(plain & (np.asarray(qkv) > 0), gather_16bit, gather_in)
+    gather_u = np.where(plain & (np.asarray(up) > 0), gather_16bit, gather_in)
+    return gather_q, gather_u, np.where(on, 0.0, gather_wgrad)
+
+
 def lora_layer_times(
     lt: LayerTimes,
     fwd: LayerForward,
