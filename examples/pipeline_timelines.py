@@ -46,7 +46,8 @@ def main(figures: bool) -> None:
             s = sim.simulation
             print(
                 f"{setting:28s} {schedule + (' v=3' if extra else ''):15s} {closed:10.3f}s {s.makespan_s:9.3f}s "
-                f"{(s.makespan_s - closed) / closed:+6.1%} {s.mean_stage_idle_fraction:7.1%} {s.peak_in_flight[0]:12.3g}"
+                f"{(s.makespan_s - closed) / closed:+6.1%} {s.mean_stage_idle_fraction:7.1%} "
+                f"{s.peak_in_flight[0]:12.3g}"
             )
             if figures and setting.startswith("gpt-96l"):
                 OUT.mkdir(parents=True, exist_ok=True)
