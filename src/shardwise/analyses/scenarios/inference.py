@@ -113,9 +113,9 @@ def _ttft_exceptions(pp_first: dict[str, np.ndarray], prompts: np.ndarray, serie
         j = int(np.flatnonzero(prompts == where[0])[0])
         tp, pp = series[f"TP=8, {link}"][j], series[f"PP=8, {link}"][j]
         prefix = np.array_equal(where, prompts[: where.size])
-        span = f"up to {where[-1]}" if prefix else ", ".join(str(n) for n in where)
+        span = f"up to {where[-1]}" if prefix else "of " + ", ".join(str(n) for n in where)
         parts.append(
-            f"over {link} PP=8 has the lower TTFT for prompts of {span} tokens ({pp:.0f} against {tp:.0f} ms at "
+            f"over {link} PP=8 has the lower TTFT for prompts {span} tokens ({pp:.0f} against {tp:.0f} ms at "
             f"{where[0]}): TP's prefill all-reduces carry every prompt token"
         )
     holds_on = [link for link, where in pp_first.items() if not where.size]
