@@ -34,7 +34,7 @@ SCHEDULES = {"gpipe": {}, "1f1b": {}, "interleaved": {"vpp": 3}, "zb-h1": {}}
 def main(figures: bool) -> None:
     print(
         f"{'setting':28s} {'schedule':15s} {'closed form':>11s} {'simulated':>10s} {'diff':>6s} "
-        f"{'bubble':>7s} {'stage-0 peak':>12s}"
+        f"{'idle':>7s} {'stage-0 peak':>12s}"
     )
     for setting, (model, cluster, plan) in SETTINGS.items():
         for schedule, extra in SCHEDULES.items():
@@ -46,13 +46,14 @@ def main(figures: bool) -> None:
             s = sim.simulation
             print(
                 f"{setting:28s} {schedule + (' v=3' if extra else ''):15s} {closed:10.3f}s {s.makespan_s:9.3f}s "
-                f"{(s.makespan_s - closed) / closed:+6.1%} {s.bubble_fraction:7.1%} {s.peak_in_flight[0]:12.3g}"
+                f"{(s.makespan_s - closed) / closed:+6.1%} {s.mean_stage_idle_fraction:7.1%} "
+                f"{s.peak_in_flight[0]:12.3g}"
             )
             if figures and setting.startswith("gpt-96l"):
                 OUT.mkdir(parents=True, exist_ok=True)
                 title = (
                     f"brief model, PP=8, 16 micro-batches, {schedule}: step {s.makespan_s:.3g} s, "
-                    f"bubble {s.bubble_fraction:.1%}"
+                    f"stages idle {s.mean_stage_idle_fraction:.1%}"
                 )
                 plots.save(plots.gantt(s, title), OUT / f"timeline-{schedule}.png", tight=False)
 

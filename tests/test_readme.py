@@ -85,6 +85,27 @@ def test_console_blocks_are_up_to_date(name, outputs):
         )
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_prose_that_quotes_the_output_quotes_numbers_a_block_prints(name):
+    """Review 36: brief.md's prose said 4.76 s and 15% where the block above it printed 4.8 s and
+    14%. Prose marked as quoting the output may only hold numbers (with a unit) that a block of its
+    page prints, rounded as printed; with the blocks up to date (the test above), it is up to date."""
+    assert readme.unquoted_numbers(TEXTS[name], name) == []
+
+
+def test_the_prose_check_catches_a_number_the_block_no_longer_prints():
+    page = (
+        "```console\n$ shardwise crossover\ntp=8: 4.8 s = compute 4.04 s (84%), 693 ms; 12% to 32%; 0.108 us\n```\n"
+        "- a list\n  <!-- numbers from the output -->\n  TP=8 takes 4.76 s, 4.04 against 3.37 s, 14%, 12-32%,\n"
+        "  0.108 µs on 8 x a100 in 8 stages\n  <!-- end numbers -->\nOutside: 4.76 s.\n"
+    )
+    found = [q for _, q in readme.quantities("12-31% and 4 against 3.34 s, 2 x h, 8 stages, 14.6x")]
+    assert found == ["12%", "31%", "4 s", "3.34 s", "14.6x"]
+    bad = readme.unquoted_numbers(page, "p.md")
+    assert [b.split(": ", 1)[0] for b in bad] == ["p.md:7", "p.md:7", "p.md:7"]
+    assert [b.split("quotes ")[1].split(",")[0] for b in bad] == ["4.76 s", "3.37 s", "14%"]
+
+
 def _python_blocks(text):
     return re.findall(r"```python\n(.*?)```", text, re.S)
 

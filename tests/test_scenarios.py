@@ -61,6 +61,22 @@ def test_ttft_is_lower_with_tp_on_nvlink():
     assert n["tp_nvlink_ms"] < n["pp_nvlink_ms"]
 
 
+def test_the_ttft_verdict_is_read_from_every_prompt_length_of_its_figure():
+    """Review 36: it said "holds" from the 2048-token prompt alone while its own figure had PP=8
+    ahead over PCIe for short prompts; the verdict now covers every prompt on both links."""
+    from shardwise.analyses.scenarios import run as run_one
+
+    report = run_one("ttft", plot=True)
+    prompts, series = report.chart.args[0], report.chart.args[1]
+    pp_ahead = {link: prompts[series[f"PP=8, {link}"] < series[f"TP=8, {link}"]] for link in ("NVLink", "PCIe")}
+    assert report.holds == (not any(v.size for v in pp_ahead.values()))
+    for link, where in pp_ahead.items():
+        assert report.numbers[f"pp_faster_up_to_prompt_{link.lower()}"] == (where.max() if where.size else 0)
+        if where.size:
+            assert f"over {link} PP=8 has the lower TTFT" in report.finding
+    assert report.finding.endswith(".") and ("The claim holds." in report.finding) == report.holds
+
+
 def test_over_pcie_tp_loses_and_its_all_reduces_slow_by_the_bandwidth_ratio():
     from shardwise import presets
     from shardwise.physics.collectives import all_reduce_time_s

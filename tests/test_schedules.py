@@ -157,7 +157,7 @@ def test_bubble_is_p_minus_1_over_m_of_the_ideal_time(name, p, m):
     ideal = m * 3.0  # each stage: m forwards of 1 s and m backwards of 2 s
     assert (result.makespan_s - ideal) / ideal == pytest.approx((p - 1) / m)
     # the idle share of each stage over the step is then (p - 1) / (m + p - 1)
-    np.testing.assert_allclose(result.bubble_fraction_per_stage, (p - 1) / (m + p - 1))
+    np.testing.assert_allclose(result.stage_idle_fraction, (p - 1) / (m + p - 1))
 
 
 @pytest.mark.parametrize(("p", "m", "v"), [(4, 8, 2), (4, 8, 4), (2, 6, 3)])

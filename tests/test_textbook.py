@@ -44,6 +44,8 @@ def test_section_4_1_worked_example():
     assert rows["all-reduce size 2 x hidden^2"].computed == pytest.approx(33.55, abs=0.01)
     assert rows["all-reduce time at 600 GB/s"].computed == pytest.approx(0.0559, abs=1e-4)
     assert rows["all-reduce time at 600 GB/s"].consistent
+    # review 36: "ok" read as endorsing the sizing; the arithmetic is right, the size is not
+    assert "activations" in rows["all-reduce size 2 x hidden^2"].note
     compute = rows["compute, batch 1"]
     assert compute.computed == pytest.approx(0.108e-3, rel=0.01)  # in ms: the text says 0.108 ms
     assert not compute.consistent and "1000x" in compute.note

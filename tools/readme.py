@@ -7,6 +7,9 @@ COMMAND's output (for tables printed as Markdown). Each distinct command runs on
     python tools/readme.py                      # rewrite README.md and docs/**/*.md in place
     python tools/readme.py --check              # exit 1 if any block is out of date (the tests do the same)
     python tools/readme.py docs/serving.md      # only these files (also with --check)
+
+Prose between `<!-- numbers from the output -->` and `<!-- end numbers -->` quotes the blocks: each
+of its numbers with a unit must be printed by a block of its page (both modes say which is not).
 """
 
 from __future__ import annotations
@@ -27,6 +30,38 @@ ROOT = Path(__file__).resolve().parent.parent
 # A ```console block, or a generated region `<!-- $ COMMAND -->` ... `<!-- end -->`.
 BLOCK = re.compile(r"```console\n(?P<body>.*?)```|<!-- \$ (?P<command>.*?) -->\n.*?<!-- end -->", re.S)
 ENV = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
+# Prose that quotes the blocks' output, between `<!-- numbers from the output -->` and
+# `<!-- end numbers -->` (each on its own line, indented in a list): every number with a unit in it
+# must be one that a block of the same page prints, rounded as printed, so it cannot drift.
+QUOTING = re.compile(r"^[ ]*<!-- numbers from the output -->\n(?P<prose>.*?)^[ ]*<!-- end numbers -->", re.S | re.M)
+_VALUE = r"\d[\d,]*(?:\.\d+)?"
+_UNIT = r"(?:\s?(?:ms|µs|us|s|GB/s|GB|MB|TB/s|TFLOP/s)|%|x)"
+# a number and its unit, or a range of two sharing one ("12-31%", "4 against 3.34 s", "1.39-1.76 s")
+QUANTITY = re.compile(
+    rf"(?<![\w.,/+-])(?P<a>{_VALUE})(?:(?:-|–| to | against )(?P<b>{_VALUE}))?(?P<unit>{_UNIT})(?![\w/])"
+)
+
+
+def quantities(text: str) -> list[tuple[int, str]]:
+    """(offset, "VALUE UNIT") of every number with a unit in `text`, each end of a range apart."""
+    found = []
+    for m in QUANTITY.finditer(text):
+        unit = m["unit"].strip().replace("µs", "us")
+        space = "" if unit in ("%", "x") else " "
+        found += [(m.start(k), f"{m[k]}{space}{unit}") for k in ("a", "b") if m[k] is not None]
+    return found
+
+
+def unquoted_numbers(text: str, path: str = "") -> list[str]:
+    """One line per number in a quoting region of `text` that no block of `text` prints."""
+    printed = {q for m in BLOCK.finditer(text) for _, q in quantities(m[0])}
+    bad = []
+    for region in QUOTING.finditer(text):
+        for offset, q in quantities(region["prose"]):
+            if q not in printed:
+                line = text.count("\n", 0, region.start("prose") + offset) + 1
+                bad.append(f"{path}:{line}: the prose quotes {q}, which no console block of the page prints")
+    return bad
 
 
 def markdown_files() -> list[Path]:
@@ -220,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     commands = [c for path, text in texts.items() for c in commands_in(text, relative(path))]
     outputs = run_all(commands, args.jobs)
 
+    # the prose against the blocks as a fresh run prints them: numbers to change by hand
+    drifted = [line for path, text in texts.items() for line in unquoted_numbers(update(text, outputs), relative(path))]
+    for line in drifted:
+        print(line, file=sys.stderr)
     if args.check:
         stale = [s for path, text in texts.items() for s in stale_blocks(text, outputs, relative(path))]
         for block in stale:
@@ -227,15 +266,18 @@ def main(argv: list[str] | None = None) -> int:
         if stale:
             print(f"\nthe first stale block:\n{stale[0].diff()}", file=sys.stderr)
             print(f"\n{len(stale)} block(s) out of date: run python tools/readme.py", file=sys.stderr)
-            return 1
-        return 0
+        if drifted:
+            print(f"{len(drifted)} number(s) in the prose to update by hand", file=sys.stderr)
+        return 1 if stale or drifted else 0
 
     for path, text in texts.items():
         new = update(text, outputs)
         if new != text:
             path.write_text(new, encoding="utf-8")
             print(f"updated {relative(path)}")
-    return 0
+    if drifted:
+        print(f"{len(drifted)} number(s) in the prose to update by hand (above)", file=sys.stderr)
+    return 1 if drifted else 0
 
 
 if __name__ == "__main__":

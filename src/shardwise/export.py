@@ -140,11 +140,8 @@ def estimate_dict(est: TrainingEstimate) -> dict[str, Any]:
     return {
         "step_time_s": plain(est.step_time_s),
         "tokens_per_s": plain(est.tokens_per_s),
-        "model_tflops_per_gpu": plain(est.model_tflops_per_gpu),
-        "hardware_tflops_per_gpu": plain(est.hardware_tflops_per_gpu),
-        "mfu": plain(est.mfu),
-        "hfu": plain(est.hfu),
-        "bubble_fraction": plain(est.bubble_fraction),
+        **{k: plain(getattr(est, k)) for k in ("model_tflops_per_gpu", "model_tflops_per_gpu_full_attention")},
+        **{k: plain(getattr(est, k)) for k in ("hardware_tflops_per_gpu", "mfu", "hfu", "bubble_fraction")},
         "breakdown_s": {k: plain(v) for k, v in est.breakdown.as_dict().items()},
         "hidden_s": {k: plain(v) for k, v in est.hidden_comm_s.items()},
         "compute_parts_s": {k: plain(v) for k, v in est.compute_parts_s.items()},
@@ -388,8 +385,9 @@ def simulation_dict(sim_step: Any, closed_s: float) -> dict[str, Any]:
         "virtual_stages": sim.v,
         "makespan_s": sim.makespan_s,
         "closed_form_step_time_s": closed_s,
-        "bubble_fraction": sim.bubble_fraction,
-        "bubble_fraction_per_stage": sim.bubble_fraction_per_stage.tolist(),
+        "bubble_fraction": plain(sim_step.estimate.bubble_fraction),  # as predict's: busiest stage, whole step
+        "mean_stage_idle_fraction": sim.mean_stage_idle_fraction,
+        "stage_idle_fraction": sim.stage_idle_fraction.tolist(),
         "peak_in_flight_micro_batches": sim.peak_in_flight.tolist(),
         "breakdown_s": {k: float(v) for k, v in sim_step.estimate.breakdown.as_dict().items()},
         "operations": Rows(  # the simulator's times are finite

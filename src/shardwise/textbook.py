@@ -76,8 +76,23 @@ def section_4_1(hidden: int = 4096, flops: float = 312e12, bw_bytes: float = 600
     t1 = 1 * hidden * hidden * 2 / flops
     t4 = 4 * hidden * hidden * 2 / flops
     return [
-        WorkedNumber("all-reduce size 2 x hidden^2", "33.5 MB", size / 1e6, "MB", abs(size / 1e6 - 33.5) < 0.1),
-        WorkedNumber("all-reduce time at 600 GB/s", "0.056 ms", t_ar * 1e3, "ms", abs(t_ar * 1e3 - 0.056) < 0.001),
+        # `consistent`: the brief's arithmetic from its own inputs; the note says where the input is wrong
+        WorkedNumber(
+            "all-reduce size 2 x hidden^2",
+            "33.5 MB",
+            size / 1e6,
+            "MB",
+            abs(size / 1e6 - 33.5) < 0.1,
+            "sizing wrong: TP all-reduces activations (b s h x 2 bytes), not weights",
+        ),
+        WorkedNumber(
+            "all-reduce time at 600 GB/s",
+            "0.056 ms",
+            t_ar * 1e3,
+            "ms",
+            abs(t_ar * 1e3 - 0.056) < 0.001,
+            "of that size, at both directions' total",
+        ),
         WorkedNumber(
             "compute, batch 1", "0.108 ms", t1 * 1e3, "ms", False, f"= {t1 * 1e6:.3f} us: the text is off by 1000x"
         ),

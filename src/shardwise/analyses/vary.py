@@ -20,6 +20,11 @@ def parse_vary(text: str) -> tuple[str, np.ndarray]:
     N), 'layers=8,16,32' (a list), 'hidden=512..16384:x2' (doubling; a range of widths is rounded
     to multiples of 128, `_whole_heads`). Returns SI values."""
     name, sep, spec = text.replace(" ", "").partition("=")
+    if name.replace("-", "_") in ("micro_batch", "micro_batches", "mb"):  # m follows the batch
+        raise SpecError(
+            f"--vary {text!r}: the micro-batches are not varied on their own: a plan runs m = batch / "
+            "micro-batch of them per step, so vary the batch (--vary batch=1..32) at a fixed --micro-batch"
+        )
     if not sep or name not in VARIABLES:
         raise SpecError(f"--vary {text!r}: expected NAME=VALUES with NAME one of {', '.join(VARIABLES)}")
     try:

@@ -272,5 +272,6 @@ def _print_worked_example(out: Any) -> None:
         table.add_column(col)
     for row in textbook.section_4_1():
         value = f"{row.computed:,.0f}%" if row.unit == "%" else f"{row.computed:.4g} {row.unit}"
-        table.add_row(row.quantity, row.stated, value, "ok" if row.consistent else (row.note or "inconsistent"))
+        note = (f"arithmetic ok, {row.note}" if row.note else "ok") if row.consistent else (row.note or "inconsistent")
+        table.add_row(row.quantity, row.stated, value, note)
     out.print(table)

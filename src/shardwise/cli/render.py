@@ -260,7 +260,14 @@ def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | N
             "throughput",
             f"{tokens:,.0f} tokens/s ({t_lo:,.0f}-{t_hi:,.0f}; {tokens / gpus:,.0f} per GPU)",
         )
-    head.add_row("model TFLOP/s per GPU", f"{_f(est.model_tflops_per_gpu):.1f}   MFU {_f(est.mfu):.1%}")
+    head.add_row(
+        "model TFLOP/s per GPU",
+        f"{_f(est.model_tflops_per_gpu):.1f}   MFU {_f(est.mfu):.1%}  (causal attention: its masked half not counted)",
+    )
+    head.add_row(  # the count published figures use (Megatron-LM's), beside ours, so neither is compared blindly
+        "  as Megatron-LM counts",
+        f"{_f(est.model_tflops_per_gpu_full_attention):.1f}   (the whole attention square, as published figures count)",
+    )
     head.add_row(
         "hardware TFLOP/s per GPU",
         f"{_f(est.hardware_tflops_per_gpu):.1f}   HFU {_f(est.hfu):.1%}  (recomputation counted)",

@@ -58,7 +58,7 @@ def timeline(plot_path: str | None, no_plot: bool, trace_path: str | None, as_js
             f"{scn.model.name} on {int(scn.cluster.num_gpus)} x {scn.cluster.gpu.name}, {sim.schedule}, "
             f"p={sim.p}, m={sim.m}"
             + (f", v={sim.v}" if sim.v > 1 else "")
-            + f": step {sim.makespan_s:.3g} s, bubble {sim.bubble_fraction:.1%} (mean over stages)"
+            + f": step {sim.makespan_s:.3g} s, stages idle {sim.mean_stage_idle_fraction:.1%} (mean)"
         )
         unit, label = (1e-3, "ms") if sim.makespan_s < 1 else (1.0, "s")
         figure = plots.save(plots.gantt(sim, title, unit, label), figure_path, tight=False)
@@ -99,7 +99,7 @@ def _print(
     # activations on the stage (`engines.simulator` peak_in_flight: chunk units / v)
     v = int(sim.v)
     held = "peak micro-batches in flight" if v == 1 else "peak in flight: chunks (micro-batches)"
-    for col in ("stage", "busy", "bubble", held):
+    for col in ("stage", "busy", "idle", held):
         table.add_column(col, justify="right")
     show = list(range(sim.p)) if sim.p <= 10 else [0, 1, sim.p // 2, sim.p - 2, sim.p - 1]
     for i in show:
@@ -107,7 +107,7 @@ def _print(
         table.add_row(
             str(i),
             format_seconds(float(sim.busy_s[i])),
-            f"{sim.bubble_fraction_per_stage[i]:.1%}",
+            f"{sim.stage_idle_fraction[i]:.1%}",
             f"{peak:g}" if v == 1 else f"{round(peak * v)} ({peak:.2f})",
         )
     out.print(table)
@@ -117,8 +117,9 @@ def _print(
             f"1/{v} of the stage's layers, so {v} chunks hold one micro-batch's activations on it[/]"
         )
     out.print(
-        f"bubble over all stages: {sim.bubble_fraction:.1%} of the pipeline's span "
-        f"({format_seconds(sim.pipeline_end_s)}); the rest of the step is {_after_pipeline(sim_step)}"
+        f"stages idle: {sim.mean_stage_idle_fraction:.1%} of the pipeline's span on average "
+        f"({format_seconds(sim.pipeline_end_s)}); the rest of the step is {_after_pipeline(sim_step)}; "
+        f"bubble: {float(est.bubble_fraction):.1%} of the step (the busiest stage idle, as predict counts it)"
     )
     if not bool(est.fits_in_memory):  # simulated all the same: say so, as predict does
         from shardwise.units import format_bytes, format_capacity

@@ -99,7 +99,9 @@ class TrainingEstimate:
     memory: MemoryBreakdown
     model_flops_per_step: Number
     hardware_flops_per_step: Number
-    bubble_fraction: Number  # pp_bubble_s / step_time_s: the share of the step spent in fill and drain
+    # pp_bubble_s / step_time_s: the busiest stage's idle share of the whole step (optimizer included);
+    # not the timeline's mean_stage_idle_fraction, nor the bubble ratio (p - 1) / m (docs/model.md)
+    bubble_fraction: Number
     hidden_comm_s: dict[str, Number]  # communication overlapped with compute (not in the step time)
     masked_attention_flops_per_step: Number = 0.0  # in the convention's count, masked by causality
     # the attention forward selective recomputation reruns under a fused kernel, which the hardware
@@ -133,6 +135,14 @@ class TrainingEstimate:
     @property
     def model_tflops_per_gpu(self) -> Number:
         return self._per_gpu(self.useful_flops_per_step) / 1e12
+
+    @property
+    def model_tflops_per_gpu_full_attention(self) -> Number:
+        """Megatron-LM's "model TFLOP/s": the whole s x s attention square counted, 72 B s l h^2 (1 +
+        s / 6h + V / 12lh) per step for GPT (Korthikanti et al. 2022 App. A; Narayanan et al. 2021
+        Eq. 3 is the same count with the recomputed forward, 96), what published figures quote;
+        `model_tflops_per_gpu` leaves out the causally masked half."""
+        return self._per_gpu(self.model_flops_per_step) / 1e12
 
     @property
     def hardware_tflops_per_gpu(self) -> Number:

@@ -95,13 +95,15 @@ class SimulationResult:
         return found
 
     @property
-    def bubble_fraction_per_stage(self) -> np.ndarray:
-        """Idle share of each stage between the step's start and the end of the pipeline."""
+    def stage_idle_fraction(self) -> np.ndarray:
+        """Idle share of each stage between the step's start and the end of the pipeline (its
+        last pass): (p - 1) / (m + p - 1) for equal stages under 1F1B. Not the estimate's
+        `bubble_fraction` (the busiest stage's idle time over the whole step)."""
         return 1.0 - self.busy_s / self.pipeline_end_s
 
     @property
-    def bubble_fraction(self) -> float:
-        return float(np.mean(self.bubble_fraction_per_stage))
+    def mean_stage_idle_fraction(self) -> float:
+        return float(np.mean(self.stage_idle_fraction))
 
 
 OP_DTYPE = np.dtype(

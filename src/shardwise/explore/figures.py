@@ -369,7 +369,7 @@ def gantt(data: dict[str, Any], max_ops: int = 20_000) -> Figure:
         )
     title = (
         f"{data['schedule']}: {data['stages']} stages, {data['micro_batches']} micro-batches, "
-        f"step {format_seconds(data['makespan_s'])}, bubble {data['bubble_fraction']:.0%}"
+        f"step {format_seconds(data['makespan_s'])}, stages idle {data['mean_stage_idle_fraction']:.0%}"
     )
     fig = _figure(*bars, barmode="overlay", bargap=0.2, yaxis={"autorange": "reversed"})
     return _layout(fig, title, "time (s)", "")

@@ -67,6 +67,8 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
     if notes is not None and (note := presets.model_family_note(o["model_name"])):
         notes.append(note)
     links = tuple(_with_latency(parse_link_spec(t), t, hardware["latency_s"]) for t in o["links"])
+    if notes is not None:
+        notes += [note for t in o["links"] if (note := _network_link_note(t, hardware["gpus"]))]
     if not links and hardware["system_link"] is not None:  # the system's own link inside a server
         links = (hardware["system_link"],)
     if not links and o["cost_model"] != "textbook" and o.get("gpu_name"):
@@ -291,3 +293,19 @@ def _with_latency(spec: Any, text: str, latency_s: float | None) -> Any:
     if latency_s is None or "latency" in keys:
         return spec
     return replace(spec, link=spec.link.with_(latency_s=latency_s))
+
+
+def _network_link_note(text: str, gpus: Any) -> str | None:
+    """A note where `--intra-link` names a network preset (ib-hdr, eth-100g: `kind: network`): it
+    is priced as given, as every link flag takes any preset, but no server joins its GPUs that way."""
+    from shardwise import presets
+
+    head = text.replace(" ", "").split(",")[0]
+    name = head.partition("=")[2] or head
+    if presets.raw("links").get(name, {}).get("kind") != "network":
+        return None
+    return (
+        f"--intra-link {text!r}: {name} is a network link (between servers), not a server's own; priced as given, "
+        f"it stands for GPUs that reach each other only through that network, about the times of --nodes {gpus} "
+        f"--gpus-per-node 1 --inter-link {name}"
+    )
