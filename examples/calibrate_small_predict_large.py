@@ -1,0 +1,52 @@
+"""Calibrate on a stack's small jobs, predict its large ones (docs/calibration.md): MaxText on DGX
+H100, from NVIDIA's DGX Cloud benchmarking tables. The six runs on 64 and 128 GPUs are the
+calibration; the sixteen on 256-2,048 GPUs are predicted before and after. Runs the commands a user
+would type, in a temporary directory so nothing is left behind; of the calibration file it prints
+the lines that say what was fitted (the rest is provenance and the posterior covariance).
+`python tools/calibration_showcase.py maxtext-h100 --write examples/calibration` writes the two CSVs
+from the public table."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent / "calibration"
+FIT, HELD_OUT = "maxtext-h100_fit.csv", "maxtext-h100_held_out.csv"
+
+
+def shardwise(*args: str) -> None:
+    print(f"# shardwise {' '.join(args)}", flush=True)
+    subprocess.run([sys.executable, "-m", "shardwise", *args], check=True, stderr=subprocess.STDOUT)
+    print(flush=True)
+
+
+def fitted_lines(path: str) -> list[str]:
+    """The calibration file's `fitted:` line and each fitted parameter's entry."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    fitted = next(line for line in lines if line.startswith("fitted:"))
+    names = [n.strip() for n in fitted.partition("[")[2].rstrip("]").split(",")]
+    out = [fitted]
+    for i, line in enumerate(lines):
+        if any(line.startswith(f"  {n}: ") for n in names):
+            out += [line, *(nxt for nxt in lines[i + 1 : i + 3] if nxt.startswith("      "))]
+    return out
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chdir(tmp)
+        for name in (FIT, HELD_OUT):
+            os.symlink(HERE / name, name)
+        shardwise("calibrate", FIT, "-o", "maxtext.yaml")
+        print("# maxtext.yaml (what was fitted)")
+        print("\n".join(fitted_lines("maxtext.yaml")), end="\n\n")
+        shardwise("validate", "--runs", HELD_OUT)
+        shardwise("validate", "--runs", HELD_OUT, "--calibration", "maxtext.yaml")
+
+
+if __name__ == "__main__":
+    main()

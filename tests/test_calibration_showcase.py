@@ -1,0 +1,46 @@
+"""tools/calibration_showcase.py: the split of one public stack into the runs to calibrate on (small
+jobs) and the runs to predict (large ones), and the example CSVs of docs/calibration.md's worked
+example, which must be what the tool writes from the public table."""
+
+from pathlib import Path
+
+from script_module import load_script
+from shardwise.calibration.runs import read_runs
+
+ROOT = Path(__file__).resolve().parent.parent
+tool = load_script("tools/calibration_showcase.py")
+
+
+def test_the_split_is_by_gpu_count_and_keeps_each_run_once():
+    rows = tool.public_rows()
+    for name, candidate in tool.CANDIDATES.items():
+        fit, held = tool.split(candidate, rows)
+        assert fit and held, name
+        assert max(int(r["num_gpus"]) for r in fit) <= candidate.fit_max_gpus < min(int(r["num_gpus"]) for r in held)
+        keys = [tuple(r[c] for c in tool.SAME_RUN) for r in fit + held]
+        assert len(keys) == len(set(keys)), name  # `calibrate` refuses a run given twice
+        assert all(candidate.source in r["source"] and r["system"] == candidate.system for r in fit + held)
+
+
+def test_a_run_published_twice_is_kept_once():
+    """The public table repeats a run that two releases of one README list: the split keeps the first."""
+    rows = tool.public_rows()
+    candidate = tool.CANDIDATES["dgxc-llama3.1-70b-h100"]
+    mine = [r for r in rows if candidate.source in r["source"] and r["system"] == candidate.system]
+    kept = tool.rows_of(candidate, rows)
+    assert len(kept) < len(mine)
+    assert {r["id"] for r in kept} <= {r["id"] for r in mine}
+
+
+def test_the_example_csvs_are_what_the_tool_writes(tmp_path):
+    """examples/calibration/maxtext-h100_*.csv: six runs on 64-128 GPUs to fit, sixteen on 256-2,048
+    to predict, read by `calibrate` as they stand (a step time each, grouped by GPU count)."""
+    tool.main(["maxtext-h100", "--write", str(tmp_path)])
+    for part, count, gpus in (("fit", 6, {64, 128}), ("held_out", 16, {256, 512, 1024, 2048})):
+        shipped = ROOT / "examples" / "calibration" / f"maxtext-h100_{part}.csv"
+        assert shipped.read_text(encoding="utf-8") == (tmp_path / shipped.name).read_text(encoding="utf-8")
+        runs = read_runs(shipped)
+        assert len(runs) == count
+        assert {r.scenario.cluster.num_gpus for r in runs} == gpus
+        assert {r.group for r in runs} == {f"{g} GPUs" for g in gpus}
+        assert all(r.metric == "step_time_s" and r.measured > 0 for r in runs)
