@@ -258,21 +258,61 @@ def test_the_crossover_figure_names_band_and_tie_zone_apart_and_labels_a_short_l
     plt.close(fig)
 
 
-def test_the_sensitivity_footnote_speaks_of_triangles_only_where_one_is_drawn():
-    """plots/sensitivity.py ended its footnote in "triangles: no crossover up to batch 256:" with
-    nothing after the colon where every point had a crossover."""
+def _sensitivity_curve(link, batches, winners, last, values=(24.0, 48.0, 72.0, 96.0)):
     from types import SimpleNamespace
 
+    return SimpleNamespace(variable="layers", link=link, values=np.array(values), crossover_batch=np.array(batches),
+                           winner_at_batch_1=winners, last_feasible_batch=np.array(last))  # fmt: skip
+
+
+def test_the_sensitivity_footnote_speaks_of_markers_only_where_one_is_drawn():
+    """plots/sensitivity.py ended its footnote in "triangles: no crossover up to batch 256:" with
+    nothing after the colon where every point had a crossover."""
     from shardwise.plots.sensitivity import crossover_curves
 
-    def curve(batches):
-        return SimpleNamespace(variable="layers", link="NVLink", values=np.array([24.0, 48.0]),
-                               crossover_batch=batches, winner_at_batch_1=["tp=8", "tp=8"])  # fmt: skip
-
-    fig = crossover_curves([curve([8.0, 16.0])], ["tp=8", "pp=8"], 256, "t")
+    nan = float("nan")
+    fig = crossover_curves(
+        [_sensitivity_curve("NVLink", [8.0, 16.0, 17.0, 17.0], ["tp=8"] * 4, [256.0] * 4)], ["tp=8", "pp=8"], 256, "t"
+    )
     (note,) = fig.texts
-    assert "triangles" not in note.get_text() and not note.get_text().rstrip().endswith(":")
+    assert note.get_text() == "below a line the plan that wins at batch 1 is faster, above it the other one"
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["NVLink"]
     plt.close(fig)
-    fig = crossover_curves([curve([8.0, float("nan")])], ["tp=8", "pp=8"], 256, "t")
-    assert "triangles: no crossover up to batch 256:\n  NVLink: at layers 48 (tp=8)" in fig.texts[0].get_text()
+    fig = crossover_curves(
+        [_sensitivity_curve("NVLink", [8.0, nan, 17.0, 17.0], ["tp=8"] * 4, [256.0] * 4)], ["tp=8", "pp=8"], 256, "t"
+    )
+    assert "NVLink: tp=8 faster up to batch 256 at layers 48" in fig.texts[0].get_text()
+    plt.close(fig)
+
+
+def test_the_sensitivity_plot_draws_each_kind_of_missing_crossover_apart():
+    """Review 36 (3): "no feasible batch" and "both fit to 6" were drawn as the triangle of "no
+    crossover up to 256", and the footnote printed "152 ()" with empty brackets."""
+    from shardwise.plots.sensitivity import FITS_TO, NONE_FIT, THROUGHOUT, crossover_curves
+
+    nan = float("nan")
+    curves = [
+        _sensitivity_curve("NVLink", [nan, 17.0, nan, nan], ["tp=8", "tp=8", "tp=8", ""], [256.0, 256.0, 6.0, nan]),
+        _sensitivity_curve("PCIe", [nan, 3.0, 3.0, nan], ["tp=8", "tp=8", "tp=8", ""], [256.0, 256.0, 256.0, nan]),
+    ]
+    fig = crossover_curves(curves, ["tp=8", "pp=8"], 256, "t")
+    ax = fig.axes[0]
+    drawn = {line.get_gid(): line for line in ax.get_lines() if line.get_gid()}
+    assert set(drawn) == {f"{THROUGHOUT}:NVLink", f"{THROUGHOUT}:PCIe", f"{FITS_TO}:NVLink", f"{NONE_FIT}:NVLink",
+                          f"{NONE_FIT}:PCIe"}  # fmt: skip
+    assert list(drawn[f"{THROUGHOUT}:NVLink"].get_ydata()) == [256.0]
+    assert list(drawn[f"{FITS_TO}:NVLink"].get_xdata()) == [72.0]  # at the last batch where both fit
+    assert list(drawn[f"{FITS_TO}:NVLink"].get_ydata()) == [6.0]
+    assert {drawn[f"{k}:NVLink"].get_marker() for k in (THROUGHOUT, FITS_TO, NONE_FIT)} == {"^", "v", "X"}
+    # the two links' markers at the same point are drawn apart, not one over the other
+    nv, pc = drawn[f"{THROUGHOUT}:NVLink"], drawn[f"{THROUGHOUT}:PCIe"]
+    fig.canvas.draw()
+    assert nv.get_transform().transform((24.0, 256.0))[0] != pc.get_transform().transform((24.0, 256.0))[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[:2] == ["NVLink", "PCIe"] and len(legend) == 5
+    assert any("as far as both plans fit" in t for t in legend) and any("no batch where both" in t for t in legend)
+    note = fig.texts[0].get_text()
+    assert "()" not in note
+    assert "tp=8 faster as far as both plans fit at layers 72 (to batch 6)" in note
+    assert "no batch where both plans fit at layers 96" in note
     plt.close(fig)
