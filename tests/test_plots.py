@@ -316,3 +316,94 @@ def test_the_sensitivity_plot_draws_each_kind_of_missing_crossover_apart():
     assert "tp=8 faster as far as both plans fit at layers 72 (to batch 6)" in note
     assert "no batch where both plans fit at layers 96" in note
     plt.close(fig)
+
+
+def test_a_switch_where_the_faster_plan_stops_fitting_is_drawn_as_a_limit_not_a_crossing():
+    """Review 36 (4): in the decode crossover the switch at batch 162 (pp=8 stops fitting; tp=8 fits
+    only at 162) was drawn as a crossing on the lines' crossing at 45, on top of marker (1), and
+    its note left out the text's qualifier."""
+    from shardwise.analyses.crossover import run_crossover
+    from shardwise.analyses.crossover_limits import memory_limit
+    from shardwise.analyses.experiment import brief_experiment
+    from shardwise.plots.crossover import LIMIT_LABEL, crossover_figure
+
+    exp = brief_experiment().with_(workload="decode")
+    result = run_crossover(exp, "batch", 2.0 ** np.arange(9))
+    changes = [c for c in result.crossings if c.winner_change and c.link == "PCIe"]
+    assert [c.at for c in changes] == [50.0, 162.0]
+    assert memory_limit(result, changes[0]) is None
+    limit = memory_limit(result, changes[1])
+    assert (limit.stops, limit.left, limit.left_fits_to, limit.none_from) == ("pp=8", "tp=8", 162.0, 163.0)
+    fig = crossover_figure(result, "t", "", "s")
+    ax = fig.axes[0]
+    (line,) = [ln for ln in ax.get_lines() if ln.get_gid() == "memory limit 2"]
+    assert list(line.get_xdata()) == [162.0, 162.0]  # a vertical line at the limit
+    assert LIMIT_LABEL in [t.get_text() for t in ax.get_legend().get_texts()]
+    marks = {a.get_gid(): a for a in ax.texts if (a.get_gid() or "").startswith("crossing")}
+    fig.canvas.draw()
+    one, two = (marks[f"crossing {k}"].get_window_extent().get_points().mean(axis=0) for k in (1, 2))
+    assert np.hypot(*(one - two)) > 15  # not one over the other
+    note = fig.texts[0].get_text()
+    assert "(2) PCIe: pp=8 is faster below batch 162, tp=8 from 162 on: a memory limit, not a crossing" in note
+    assert "tp=8 fits up to batch 162, no plan from 163 on" in note
+    plt.close(fig)
+
+
+def test_markers_that_would_overlap_are_set_apart():
+    from shardwise.plots.crossover import MARKER_PT, _numbered
+
+    fig, ax = plt.subplots()
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 10)
+    placed = []
+    a = _numbered(ax, 1, (5.0, 5.0), ax.transData, placed)
+    b = _numbered(ax, 2, (5.0, 5.01), ax.transData, placed)
+    assert a.xyann == (0.0, 0.0) and b.xyann[1] >= MARKER_PT  # lifted by at least its diameter
+    assert b.arrow_patch is not None  # with a leader line to its point
+    plt.close(fig)
+
+
+def test_each_links_tie_zone_is_hatched_its_own_way_and_named():
+    """Review 36 (6): two links' hatched tie zones looked alike and one legend entry named neither."""
+    from shardwise.analyses.crossover import run_crossover
+    from shardwise.analyses.experiment import brief_experiment
+    from shardwise.plots.crossover import TIE_HATCHES, crossover_figure, tie_label
+
+    result = run_crossover(brief_experiment(), "batch", np.arange(1.0, 33.0))
+    fig = crossover_figure(result, "t", "", "s")
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert tie_label("NVLink", TIE_HATCHES[0]) in labels and tie_label("PCIe", TIE_HATCHES[1]) in labels
+    hatches = {p.get_hatch() for p in ax.patches if p.get_hatch()}
+    assert hatches == {TIE_HATCHES[0], TIE_HATCHES[1]}
+    plt.close(fig)
+
+
+def test_the_textbook_crossover_draws_both_models_and_no_band_on_the_formulas(tmp_path, cli, monkeypatch):
+    """Review 36 (5): `crossover --cost-model textbook` drew one panel (the docs promise two), its
+    x axis said sequences where the caption says rows of X (tokens), and the brief's formulas got
+    the physical model's 80% band."""
+    import matplotlib.figure
+
+    from shardwise.plots import crossover as module
+
+    drawn = []
+    real = module.side_by_side
+
+    def spy(*args, **kwargs):
+        fig = real(*args, **kwargs)
+        drawn.append(fig)
+        return fig
+
+    monkeypatch.setattr("shardwise.plots.side_by_side", spy)
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda *a, **k: None)
+    code, _, err = cli(["crossover", "--cost-model", "textbook", "--vary", "batch=1,4,16", "--plot",
+                          str(tmp_path / "t.png")])  # fmt: skip
+    assert code == 0, err
+    (fig,) = drawn
+    physical, textbook = fig.axes
+    assert physical.get_xlabel() == "global batch (sequences per step)"
+    assert textbook.get_xlabel() == "batch (the brief's rows of X: tokens)"
+    assert physical.collections and not textbook.collections  # bands only on the physical model
+    assert not any("80%" in t.get_text() for t in textbook.get_legend().get_texts())
+    assert any("batch = rows of X (tokens)" in " ".join(t.get_text().split()) for t in textbook.texts)
