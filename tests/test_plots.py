@@ -407,3 +407,61 @@ def test_the_textbook_crossover_draws_both_models_and_no_band_on_the_formulas(tm
     assert physical.collections and not textbook.collections  # bands only on the physical model
     assert not any("80%" in t.get_text() for t in textbook.get_legend().get_texts())
     assert any("batch = rows of X (tokens)" in " ".join(t.get_text().split()) for t in textbook.texts)
+
+
+def test_the_slow_interconnect_figure_draws_each_links_curve_on_a_log_axis():
+    """Review 36 (7): only the PCIe-class curve was drawn, with an "NVLink3 (A100)" mark on it
+    (the NVLink-class curve crosses at 109 GB/s, not 179), on a linear axis that squashed the
+    crossing."""
+    from shardwise import plots
+    from shardwise.analyses.scenarios import run
+
+    report = run("slow-interconnect", plot=True)
+    assert report.numbers["tp_pp_equal_bandwidth_bytes_per_s"] == pytest.approx(178.8e9, rel=0.01)
+    fig = plots.draw(report.chart)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert {"tp=8, NVLink-class", "pp=8, NVLink-class", "tp=8, PCIe-class", "pp=8, PCIe-class"} <= set(labels)
+    assert ax.get_yscale() == "log"
+    note = fig.texts[0].get_text()
+    assert "NVLink-class: pp=8 is faster below bandwidth 109.1 GB/s" in note
+    assert "PCIe-class: pp=8 is faster below bandwidth 178.8 GB/s" in note
+    plt.close(fig)
+
+
+def test_thin_layers_marks_the_widths_that_do_not_fit_and_wide_layers_names_its_limit_in_the_axis_unit():
+    """Review 36 (11): thin-layers drew hidden 8192 and 16384 (times only: 96 layers no longer fit)
+    like the rest; wide-layers wrote "A100 80 GB" on a line drawn at 85.2 GB (79.35 GiB)."""
+    from shardwise import plots
+    from shardwise.analyses.scenarios import run
+
+    fig = plots.draw(run("thin-layers", plot=True).chart)
+    for ax in fig.axes:
+        (ring,) = [ln for ln in ax.get_lines() if (ln.get_gid() or "").startswith("missing:")]
+        assert list(ring.get_xdata()) == [8192, 16384]
+        assert any("does not fit" in t.get_text() for t in ax.get_legend().get_texts())
+    plt.close(fig)
+    fig = plots.draw(run("wide-layers", plot=True).chart)
+    ax = fig.axes[0]
+    (limit,) = [t for t in ax.texts if "A100" in t.get_text()]
+    assert "79.35 GiB = 85.2 GB" in limit.get_text()
+    (line,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--" and len(set(ln.get_ydata())) == 1]
+    assert line.get_ydata()[0] == pytest.approx(85.2, abs=0.05)
+    plt.close(fig)
+
+
+def test_the_winner_map_legend_names_no_valid_plan_only_where_a_cell_has_none():
+    from shardwise.analyses.experiment import brief_experiment
+    from shardwise.analyses.sweep import run_sweep
+    from shardwise.plots.maps import winner_map
+
+    exp = brief_experiment()
+    every = run_sweep(exp, [("batch", np.arange(1.0, 9.0)), ("bandwidth", np.geomspace(1e9, 1e12, 5))])
+    fig = winner_map(every)
+    assert "no valid plan" not in [t.get_text() for t in fig.legends[0].get_texts()]
+    plt.close(fig)
+    # sequences of 100,000 tokens: neither plan fits, no cell has a winner
+    odd = run_sweep(exp, [("batch", np.array([1.0, 8.0])), ("seq_len", np.array([2048.0, 100000.0]))])
+    fig = winner_map(odd)
+    assert "no valid plan" in [t.get_text() for t in fig.legends[0].get_texts()]
+    plt.close(fig)

@@ -30,9 +30,11 @@ def crossover_figure(
     subtitle: str = "",
     ylabel: str = "time (s)",
     markers: tuple[tuple[str, float], ...] = (),
+    log_y: bool | None = None,
 ) -> Figure:
     """Time of each plan against the swept variable, one line style per link, crossings marked;
-    `markers`: labelled vertical reference lines (label, x in the axis's units)."""
+    `markers`: labelled vertical reference lines (label, x in the axis's units); `log_y`: a log
+    time axis (None: where the times span more than 20x)."""
     fig, ax = plt.subplots(figsize=(9, 5.6))
     x = axis_values(result.variable, result.values)
     plans = list(dict.fromkeys(s.plan for s in result.series))
@@ -62,7 +64,8 @@ def crossover_figure(
             label=f"band in each line's colour: its 80% interval ({result.experiment.spread_basis})",
         )
     positive = np.concatenate([s.time_s[np.isfinite(s.time_s)] for s in result.series])
-    log_y = bool(positive.size and positive.max() / max(positive.min(), 1e-300) > 20)
+    if log_y is None:
+        log_y = bool(positive.size and positive.max() / max(positive.min(), 1e-300) > 20)
     set_x(ax, result.variable, x)
     ax.set_xlabel(x_label(result))
     if log_y:
