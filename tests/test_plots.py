@@ -465,3 +465,29 @@ def test_the_winner_map_legend_names_no_valid_plan_only_where_a_cell_has_none():
     fig = winner_map(odd)
     assert "no valid plan" in [t.get_text() for t in fig.legends[0].get_texts()]
     plt.close(fig)
+
+
+def test_the_textbook_crossover_keeps_its_own_panel_where_the_physical_model_refuses_the_plans(
+    tmp_path, cli, monkeypatch
+):
+    """tp=16 on 8 GPUs: the brief's formulas price it, the physical model refuses it; the figure is
+    the formulas' panel alone, saying why, not an error."""
+    import matplotlib.figure
+
+    from shardwise.plots import crossover as module
+
+    drawn = []
+    real = module.crossover_figure
+
+    def spy(*args, **kwargs):
+        drawn.append(real(*args, **kwargs))
+        return drawn[-1]
+
+    monkeypatch.setattr("shardwise.plots.crossover_figure", spy)
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda *a, **k: None)
+    argv = ["crossover", "--cost-model", "textbook", "--plan", "tp=8", "--plan", "tp=16", "--vary", "batch=1,4"]
+    code, _, err = cli([*argv, "--plot", str(tmp_path / "t.png")])
+    assert code == 0, err
+    (fig,) = drawn
+    assert fig.axes[0].get_xlabel() == "batch (the brief's rows of X: tokens)" and not fig.axes[0].collections
+    assert "no physical-model panel: --plan tp=16" in fig.texts[0].get_text()

@@ -118,9 +118,15 @@ def _plot(result: Any, path: str, subtitle: str, request: Any) -> Any:
     if exp.cost_model == "textbook":
         from dataclasses import replace
 
+        from shardwise.errors import SpecError
         from shardwise.requests.compare import CrossoverRequest
 
-        physical = CrossoverRequest(replace(request.experiment, cost_model="physical"), request.vary).run()
+        try:
+            physical = CrossoverRequest(replace(request.experiment, cost_model="physical"), request.vary).run()
+        except SpecError as e:  # the physical model refuses these inputs: the formulas' panel alone
+            title = f"{plans}: time vs {result.variable}, {exp.hardware} (the brief's formulas)"
+            note = f"{subtitle}\nno physical-model panel: {e}"
+            return plots.save(plots.crossover_figure(result, title, note, _ylabel(exp)), path)
         panels = [
             ("shardwise's physical model (training step)", physical.result, "training step time (s)", None),
             ("the brief's Section 7 formulas, verbatim", result, _ylabel(exp), None),
