@@ -258,21 +258,236 @@ def test_the_crossover_figure_names_band_and_tie_zone_apart_and_labels_a_short_l
     plt.close(fig)
 
 
-def test_the_sensitivity_footnote_speaks_of_triangles_only_where_one_is_drawn():
-    """plots/sensitivity.py ended its footnote in "triangles: no crossover up to batch 256:" with
-    nothing after the colon where every point had a crossover."""
+def _sensitivity_curve(link, batches, winners, last, values=(24.0, 48.0, 72.0, 96.0)):
     from types import SimpleNamespace
 
+    return SimpleNamespace(variable="layers", link=link, values=np.array(values), crossover_batch=np.array(batches),
+                           winner_at_batch_1=winners, last_feasible_batch=np.array(last))  # fmt: skip
+
+
+def test_the_sensitivity_footnote_speaks_of_markers_only_where_one_is_drawn():
+    """plots/sensitivity.py ended its footnote in "triangles: no crossover up to batch 256:" with
+    nothing after the colon where every point had a crossover."""
     from shardwise.plots.sensitivity import crossover_curves
 
-    def curve(batches):
-        return SimpleNamespace(variable="layers", link="NVLink", values=np.array([24.0, 48.0]),
-                               crossover_batch=batches, winner_at_batch_1=["tp=8", "tp=8"])  # fmt: skip
-
-    fig = crossover_curves([curve([8.0, 16.0])], ["tp=8", "pp=8"], 256, "t")
+    nan = float("nan")
+    fig = crossover_curves(
+        [_sensitivity_curve("NVLink", [8.0, 16.0, 17.0, 17.0], ["tp=8"] * 4, [256.0] * 4)], ["tp=8", "pp=8"], 256, "t"
+    )
     (note,) = fig.texts
-    assert "triangles" not in note.get_text() and not note.get_text().rstrip().endswith(":")
+    assert note.get_text() == "below a line the plan that wins at batch 1 is faster, above it the other one"
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["NVLink"]
     plt.close(fig)
-    fig = crossover_curves([curve([8.0, float("nan")])], ["tp=8", "pp=8"], 256, "t")
-    assert "triangles: no crossover up to batch 256:\n  NVLink: at layers 48 (tp=8)" in fig.texts[0].get_text()
+    fig = crossover_curves(
+        [_sensitivity_curve("NVLink", [8.0, nan, 17.0, 17.0], ["tp=8"] * 4, [256.0] * 4)], ["tp=8", "pp=8"], 256, "t"
+    )
+    assert "NVLink: tp=8 faster up to batch 256 at layers 48" in fig.texts[0].get_text()
     plt.close(fig)
+
+
+def test_the_sensitivity_plot_draws_each_kind_of_missing_crossover_apart():
+    """Review 36 (3): "no feasible batch" and "both fit to 6" were drawn as the triangle of "no
+    crossover up to 256", and the footnote printed "152 ()" with empty brackets."""
+    from shardwise.plots.sensitivity import FITS_TO, NONE_FIT, THROUGHOUT, crossover_curves
+
+    nan = float("nan")
+    curves = [
+        _sensitivity_curve("NVLink", [nan, 17.0, nan, nan], ["tp=8", "tp=8", "tp=8", ""], [256.0, 256.0, 6.0, nan]),
+        _sensitivity_curve("PCIe", [nan, 3.0, 3.0, nan], ["tp=8", "tp=8", "tp=8", ""], [256.0, 256.0, 256.0, nan]),
+    ]
+    fig = crossover_curves(curves, ["tp=8", "pp=8"], 256, "t")
+    ax = fig.axes[0]
+    drawn = {line.get_gid(): line for line in ax.get_lines() if line.get_gid()}
+    assert set(drawn) == {f"{THROUGHOUT}:NVLink", f"{THROUGHOUT}:PCIe", f"{FITS_TO}:NVLink", f"{NONE_FIT}:NVLink",
+                          f"{NONE_FIT}:PCIe"}  # fmt: skip
+    assert list(drawn[f"{THROUGHOUT}:NVLink"].get_ydata()) == [256.0]
+    assert list(drawn[f"{FITS_TO}:NVLink"].get_xdata()) == [72.0]  # at the last batch where both fit
+    assert list(drawn[f"{FITS_TO}:NVLink"].get_ydata()) == [6.0]
+    assert {drawn[f"{k}:NVLink"].get_marker() for k in (THROUGHOUT, FITS_TO, NONE_FIT)} == {"^", "v", "X"}
+    # the two links' markers at the same point are drawn apart, not one over the other
+    nv, pc = drawn[f"{THROUGHOUT}:NVLink"], drawn[f"{THROUGHOUT}:PCIe"]
+    fig.canvas.draw()
+    assert nv.get_transform().transform((24.0, 256.0))[0] != pc.get_transform().transform((24.0, 256.0))[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[:2] == ["NVLink", "PCIe"] and len(legend) == 5
+    assert any("as far as both plans fit" in t for t in legend) and any("no batch where both" in t for t in legend)
+    note = fig.texts[0].get_text()
+    assert "()" not in note
+    assert "tp=8 faster as far as both plans fit at layers 72 (to batch 6)" in note
+    assert "no batch where both plans fit at layers 96" in note
+    plt.close(fig)
+
+
+def test_a_switch_where_the_faster_plan_stops_fitting_is_drawn_as_a_limit_not_a_crossing():
+    """Review 36 (4): in the decode crossover the switch at batch 162 (pp=8 stops fitting; tp=8 fits
+    only at 162) was drawn as a crossing on the lines' crossing at 45, on top of marker (1), and
+    its note left out the text's qualifier."""
+    from shardwise.analyses.crossover import run_crossover
+    from shardwise.analyses.crossover_limits import memory_limit
+    from shardwise.analyses.experiment import brief_experiment
+    from shardwise.plots.crossover import LIMIT_LABEL, crossover_figure
+
+    exp = brief_experiment().with_(workload="decode")
+    result = run_crossover(exp, "batch", 2.0 ** np.arange(9))
+    changes = [c for c in result.crossings if c.winner_change and c.link == "PCIe"]
+    assert [c.at for c in changes] == [50.0, 162.0]
+    assert memory_limit(result, changes[0]) is None
+    limit = memory_limit(result, changes[1])
+    assert (limit.stops, limit.left, limit.left_fits_to, limit.none_from) == ("pp=8", "tp=8", 162.0, 163.0)
+    fig = crossover_figure(result, "t", "", "s")
+    ax = fig.axes[0]
+    (line,) = [ln for ln in ax.get_lines() if ln.get_gid() == "memory limit 2"]
+    assert list(line.get_xdata()) == [162.0, 162.0]  # a vertical line at the limit
+    assert LIMIT_LABEL in [t.get_text() for t in ax.get_legend().get_texts()]
+    marks = {a.get_gid(): a for a in ax.texts if (a.get_gid() or "").startswith("crossing")}
+    fig.canvas.draw()
+    one, two = (marks[f"crossing {k}"].get_window_extent().get_points().mean(axis=0) for k in (1, 2))
+    assert np.hypot(*(one - two)) > 15  # not one over the other
+    note = fig.texts[0].get_text()
+    assert "(2) PCIe: pp=8 is faster below batch 162, tp=8 from 162 on: a memory limit, not a crossing" in note
+    assert "tp=8 fits up to batch 162, no plan from 163 on" in note
+    plt.close(fig)
+
+
+def test_markers_that_would_overlap_are_set_apart():
+    from shardwise.plots.crossover import MARKER_PT, _numbered
+
+    fig, ax = plt.subplots()
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 10)
+    placed = []
+    a = _numbered(ax, 1, (5.0, 5.0), ax.transData, placed)
+    b = _numbered(ax, 2, (5.0, 5.01), ax.transData, placed)
+    assert a.xyann == (0.0, 0.0) and b.xyann[1] >= MARKER_PT  # lifted by at least its diameter
+    assert b.arrow_patch is not None  # with a leader line to its point
+    plt.close(fig)
+
+
+def test_each_links_tie_zone_is_hatched_its_own_way_and_named():
+    """Review 36 (6): two links' hatched tie zones looked alike and one legend entry named neither."""
+    from shardwise.analyses.crossover import run_crossover
+    from shardwise.analyses.experiment import brief_experiment
+    from shardwise.plots.crossover import TIE_HATCHES, crossover_figure, tie_label
+
+    result = run_crossover(brief_experiment(), "batch", np.arange(1.0, 33.0))
+    fig = crossover_figure(result, "t", "", "s")
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert tie_label("NVLink", TIE_HATCHES[0]) in labels and tie_label("PCIe", TIE_HATCHES[1]) in labels
+    hatches = {p.get_hatch() for p in ax.patches if p.get_hatch()}
+    assert hatches == {TIE_HATCHES[0], TIE_HATCHES[1]}
+    plt.close(fig)
+
+
+def test_the_textbook_crossover_draws_both_models_and_no_band_on_the_formulas(tmp_path, cli, monkeypatch):
+    """Review 36 (5): `crossover --cost-model textbook` drew one panel (the docs promise two), its
+    x axis said sequences where the caption says rows of X (tokens), and the brief's formulas got
+    the physical model's 80% band."""
+    import matplotlib.figure
+
+    from shardwise.plots import crossover as module
+
+    drawn = []
+    real = module.side_by_side
+
+    def spy(*args, **kwargs):
+        fig = real(*args, **kwargs)
+        drawn.append(fig)
+        return fig
+
+    monkeypatch.setattr("shardwise.plots.side_by_side", spy)
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda *a, **k: None)
+    code, _, err = cli(["crossover", "--cost-model", "textbook", "--vary", "batch=1,4,16", "--plot",
+                          str(tmp_path / "t.png")])  # fmt: skip
+    assert code == 0, err
+    (fig,) = drawn
+    physical, textbook = fig.axes
+    assert physical.get_xlabel() == "global batch (sequences per step)"
+    assert textbook.get_xlabel() == "batch (the brief's rows of X: tokens)"
+    assert physical.collections and not textbook.collections  # bands only on the physical model
+    assert not any("80%" in t.get_text() for t in textbook.get_legend().get_texts())
+    assert any("batch = rows of X (tokens)" in " ".join(t.get_text().split()) for t in textbook.texts)
+
+
+def test_the_slow_interconnect_figure_draws_each_links_curve_on_a_log_axis():
+    """Review 36 (7): only the PCIe-class curve was drawn, with an "NVLink3 (A100)" mark on it
+    (the NVLink-class curve crosses at 109 GB/s, not 179), on a linear axis that squashed the
+    crossing."""
+    from shardwise import plots
+    from shardwise.analyses.scenarios import run
+
+    report = run("slow-interconnect", plot=True)
+    assert report.numbers["tp_pp_equal_bandwidth_bytes_per_s"] == pytest.approx(178.8e9, rel=0.01)
+    fig = plots.draw(report.chart)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert {"tp=8, NVLink-class", "pp=8, NVLink-class", "tp=8, PCIe-class", "pp=8, PCIe-class"} <= set(labels)
+    assert ax.get_yscale() == "log"
+    note = fig.texts[0].get_text()
+    assert "NVLink-class: pp=8 is faster below bandwidth 109.1 GB/s" in note
+    assert "PCIe-class: pp=8 is faster below bandwidth 178.8 GB/s" in note
+    plt.close(fig)
+
+
+def test_thin_layers_marks_the_widths_that_do_not_fit_and_wide_layers_names_its_limit_in_the_axis_unit():
+    """Review 36 (11): thin-layers drew hidden 8192 and 16384 (times only: 96 layers no longer fit)
+    like the rest; wide-layers wrote "A100 80 GB" on a line drawn at 85.2 GB (79.35 GiB)."""
+    from shardwise import plots
+    from shardwise.analyses.scenarios import run
+
+    fig = plots.draw(run("thin-layers", plot=True).chart)
+    for ax in fig.axes:
+        (ring,) = [ln for ln in ax.get_lines() if (ln.get_gid() or "").startswith("missing:")]
+        assert list(ring.get_xdata()) == [8192, 16384]
+        assert any("does not fit" in t.get_text() for t in ax.get_legend().get_texts())
+    plt.close(fig)
+    fig = plots.draw(run("wide-layers", plot=True).chart)
+    ax = fig.axes[0]
+    (limit,) = [t for t in ax.texts if "A100" in t.get_text()]
+    assert "79.35 GiB = 85.2 GB" in limit.get_text()
+    (line,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--" and len(set(ln.get_ydata())) == 1]
+    assert line.get_ydata()[0] == pytest.approx(85.2, abs=0.05)
+    plt.close(fig)
+
+
+def test_the_winner_map_legend_names_no_valid_plan_only_where_a_cell_has_none():
+    from shardwise.analyses.experiment import brief_experiment
+    from shardwise.analyses.sweep import run_sweep
+    from shardwise.plots.maps import winner_map
+
+    exp = brief_experiment()
+    every = run_sweep(exp, [("batch", np.arange(1.0, 9.0)), ("bandwidth", np.geomspace(1e9, 1e12, 5))])
+    fig = winner_map(every)
+    assert "no valid plan" not in [t.get_text() for t in fig.legends[0].get_texts()]
+    plt.close(fig)
+    # sequences of 100,000 tokens: neither plan fits, no cell has a winner
+    odd = run_sweep(exp, [("batch", np.array([1.0, 8.0])), ("seq_len", np.array([2048.0, 100000.0]))])
+    fig = winner_map(odd)
+    assert "no valid plan" in [t.get_text() for t in fig.legends[0].get_texts()]
+    plt.close(fig)
+
+
+def test_the_textbook_crossover_keeps_its_own_panel_where_the_physical_model_refuses_the_plans(
+    tmp_path, cli, monkeypatch
+):
+    """tp=16 on 8 GPUs: the brief's formulas price it, the physical model refuses it; the figure is
+    the formulas' panel alone, saying why, not an error."""
+    import matplotlib.figure
+
+    from shardwise.plots import crossover as module
+
+    drawn = []
+    real = module.crossover_figure
+
+    def spy(*args, **kwargs):
+        drawn.append(real(*args, **kwargs))
+        return drawn[-1]
+
+    monkeypatch.setattr("shardwise.plots.crossover_figure", spy)
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda *a, **k: None)
+    argv = ["crossover", "--cost-model", "textbook", "--plan", "tp=8", "--plan", "tp=16", "--vary", "batch=1,4"]
+    code, _, err = cli([*argv, "--plot", str(tmp_path / "t.png")])
+    assert code == 0, err
+    (fig,) = drawn
+    assert fig.axes[0].get_xlabel() == "batch (the brief's rows of X: tokens)" and not fig.axes[0].collections
+    assert "no physical-model panel: --plan tp=16" in fig.texts[0].get_text()

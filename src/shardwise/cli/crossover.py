@@ -76,7 +76,7 @@ def crossover(
     answer = request.run(max_values=MAX_PRINTED_ROWS if all_rows and not quiet else None)
     echo_notes(answer.notes)
     result, assumptions = answer.result, answer.assumptions
-    figure = None if figure_path is None else _plot(result, figure_path, assumptions)
+    figure = None if figure_path is None else _plot(result, figure_path, assumptions, request)
     if output_path is not None:
         output.write_text(output_path, _document(answer, output_path))
     if as_json:
@@ -107,13 +107,34 @@ def _ylabel(exp: Any) -> str:
     }[exp.workload]
 
 
-def _plot(result: Any, path: str, subtitle: str) -> Any:
+def _plot(result: Any, path: str, subtitle: str, request: Any) -> Any:
+    """The crossover figure; with the textbook cost model two panels, the physical model on the
+    same inputs beside the brief's formulas (as docs/commands/crossover.md says), each with its
+    own batch (sequences; the brief's rows of X, tokens) and only the physical model with a band."""
     from shardwise import plots
 
     exp = result.experiment
     plans = " vs ".join(p.label for p in exp.plans)
-    model = "textbook model (the brief's formulas)" if exp.cost_model == "textbook" else "physical model"
-    title = f"{plans}: {_ylabel(exp).split(' (')[0]} vs {result.variable}, {exp.hardware} ({model})"
+    if exp.cost_model == "textbook":
+        from dataclasses import replace
+
+        from shardwise.errors import SpecError
+        from shardwise.requests.compare import CrossoverRequest
+
+        try:
+            physical = CrossoverRequest(replace(request.experiment, cost_model="physical"), request.vary).run()
+        except SpecError as e:  # the physical model refuses these inputs: the formulas' panel alone
+            title = f"{plans}: time vs {result.variable}, {exp.hardware} (the brief's formulas)"
+            note = f"{subtitle}\nno physical-model panel: {e}"
+            return plots.save(plots.crossover_figure(result, title, note, _ylabel(exp)), path)
+        panels = [
+            ("shardwise's physical model (training step)", physical.result, "training step time (s)", None),
+            ("the brief's Section 7 formulas, verbatim", result, _ylabel(exp), None),
+        ]
+        title = f"{plans} against {result.variable}, {exp.hardware}: the same question, two cost models"
+        fig = plots.side_by_side(panels, title, (physical.assumptions, subtitle))
+        return plots.save(fig, path)
+    title = f"{plans}: {_ylabel(exp).split(' (')[0]} vs {result.variable}, {exp.hardware} (physical model)"
     fig = plots.crossover_figure(result, title, subtitle, _ylabel(exp))
     return plots.save(fig, path)
 
@@ -222,25 +243,16 @@ def _print_why(out: Any, result: Any, c: Any) -> None:
 
 def _memory_note(result: Any, c: Any) -> str | None:
     """Why the winner changes where the plan that was faster still takes less time: it no longer
-    fits in GPU memory there (walkthrough: a switch to the slower plan read as a speed crossover)."""
-    import numpy as np
+    fits in GPU memory there (walkthrough: a switch to the slower plan read as a speed crossover),
+    and how far the plan left fits (review 36: tp=8 fits only at 162, no plan from 163 on)."""
+    from shardwise.analyses.crossover_limits import memory_limit
+    from shardwise.analyses.experiment import DISPLAY_SCALE, DISPLAY_UNIT, SHORT_NAME
 
-    from shardwise.analyses.evaluate import times_s
-    from shardwise.analyses.experiment import DISPLAY_SCALE, SHORT_NAME
-
-    if result.ignore_memory:
+    limit = memory_limit(result, c)
+    if limit is None:
         return None
-    exp = result.experiment
-    link = next(lk.link for lk in exp.links if lk.label == c.link)
-    plans = {p.label: p for p in exp.plans}
-    at = np.array([c.at])
-    (before, fits), (after, _) = (times_s(exp, plans[n], link, result.variable, at) for n in (c.before, c.after))
-    if bool(fits[0]) or not before[0] <= after[0]:
-        return None
-    return (
-        f"{c.before} takes less time there but does not fit in GPU memory from {SHORT_NAME[result.variable]} "
-        f"{c.at * DISPLAY_SCALE.get(result.variable, 1.0):g} on, so it is not counted as faster (--ignore-memory)"
-    )
+    v = result.variable
+    return limit.describe(SHORT_NAME[v], DISPLAY_SCALE.get(v, 1.0), DISPLAY_UNIT.get(v, ""))
 
 
 def _part_labels(result: Any, plan: Any, at: float) -> dict[str, str]:

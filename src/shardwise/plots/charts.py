@@ -106,13 +106,23 @@ def two_panels(
     ylabels: tuple[str, str],
     title: str,
     hline_right: float | None = None,
+    missing: np.ndarray | None = None,
+    missing_label: str = "does not fit in GPU memory (times only)",
 ) -> Figure:
-    """Two quantities with different units against the same x, side by side."""
+    """Two quantities with different units against the same x, side by side; `missing`: a mask of
+    the x values drawn with a hollow ring and named `missing_label` in each legend (e.g. where a
+    plan does not fit)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
     colors = dict(zip([*left, *right], plan_colors([*left, *right]), strict=True))
+    gone = np.zeros(len(x), dtype=bool) if missing is None else np.asarray(missing, dtype=bool)
     for ax, series, ylabel in ((axes[0], left, ylabels[0]), (axes[1], right, ylabels[1])):
         for label, y in series.items():
             ax.plot(x, y, "-o", ms=4, lw=2, color=colors[label], label=label)
+            if gone.any():
+                ax.plot(np.asarray(x)[gone], np.asarray(y)[gone], "o", ms=11, mfc="none", mec="black", mew=1.3,
+                        gid=f"missing:{label}")  # fmt: skip
+        if gone.any():
+            ax.plot([], [], "o", ms=9, mfc="none", mec="black", mew=1.3, ls="none", label=missing_label)
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_xlabel(xlabel)

@@ -49,6 +49,7 @@ def winner_map(result: Any, full_margin: float = 2.0) -> Figure:
     ylog = VARIABLES[yname].log and y.min() > 0
     n = len(result.links)
     fig, axes = plt.subplots(1, n, figsize=(6.4 * n, 5.2), squeeze=False)
+    grey = False  # a cell without a valid plan drawn
     labels = [str(p) for p in result.plans]
     hexes = plan_colors(labels)
     colors = [np.array(to_rgb(c)) for c in hexes]
@@ -56,10 +57,13 @@ def winner_map(result: Any, full_margin: float = 2.0) -> Figure:
         w = result.winner(link)  # (nx, ny)
         strength = np.clip(np.log(result.margin(link)) / np.log(full_margin), 0, 1)
         rgb = np.ones((*w.shape, 3)) * 0.85
+        coloured = np.zeros(w.shape, dtype=bool)
         for i, c in enumerate(colors):
             mask = w == i
+            coloured |= mask
             s = (0.25 + 0.75 * strength[mask])[:, None]
             rgb[mask] = 1 - s * (1 - c)
+        grey |= bool((~coloured).any())
         ax.pcolormesh(_edges(x, xlog), _edges(y, ylog), np.transpose(rgb, (1, 0, 2)), shading="flat")
         ax.add_collection(_borders(w, _edges(x, xlog), _edges(y, ylog)))
         for name, values, axis in ((xname, x, "x"), (yname, y, "y")):
@@ -83,7 +87,8 @@ def winner_map(result: Any, full_margin: float = 2.0) -> Figure:
                 bw = link_spec.link.bandwidth_bytes_per_s * DISPLAY_SCALE["bandwidth"]
                 axis_set(bw, color="white", ls="--", lw=1.2)
     handles = [Patch(color=c, label=f"{p} fastest") for c, p in zip(hexes, labels, strict=True)]
-    handles.append(Patch(facecolor=(0.85, 0.85, 0.85), label="no valid plan"))
+    if grey:  # only where a cell is drawn grey (review 36: the entry showed with none drawn)
+        handles.append(Patch(facecolor=(0.85, 0.85, 0.85), label="no valid plan"))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, bbox_to_anchor=(0.5, -0.02))
     fig.suptitle(
         f"{result.experiment.hardware}: fastest plan per cell\n(black line: where the winner changes; pale = within "

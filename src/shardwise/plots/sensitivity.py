@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,41 +12,135 @@ from matplotlib.figure import Figure
 
 from shardwise.plots._base import LINK_STYLES, OTHER_COLORS, axis_values, plt, set_x
 
+# what a point of a crossover-batch curve is (`point_kind`): a crossing, drawn on the line; the plan
+# that wins at batch 1 winning to the largest batch tried; winning only as far as both plans fit in
+# memory (drawn at that batch); no batch where both plans fit (drawn on the axis's floor)
+CROSSING, THROUGHOUT, FITS_TO, NONE_FIT = "crossing", "throughout", "fits_to", "none_fit"
+KIND_MARKERS = {THROUGHOUT: "^", FITS_TO: "v", NONE_FIT: "X"}
+
+
+def point_kind(curve: Any, j: int, max_batch: int) -> str:
+    """The kind of point `j` of `curve` (an `analyses.sensitivity.CrossoverCurve`), as the
+    command's table reads it: 'no feasible batch', '- (tp=8, both fit to 6)', '- (tp=8)' or a batch."""
+    if curve.crossover_batch[j] == curve.crossover_batch[j]:
+        return CROSSING
+    if not curve.winner_at_batch_1[j]:
+        return NONE_FIT
+    last = getattr(curve, "last_feasible_batch", None)
+    if last is not None and last[j] == last[j] and last[j] < max_batch:
+        return FITS_TO
+    return THROUGHOUT
+
+
+def kind_labels(max_batch: int) -> dict[str, str]:
+    return {
+        THROUGHOUT: f"no crossover up to batch {max_batch}: the plan faster at batch 1 wins throughout",
+        FITS_TO: "no crossover as far as both plans fit in GPU memory (drawn at the last batch where both fit)",
+        NONE_FIT: "no batch where both plans fit in GPU memory",
+    }
+
 
 def crossover_curves(curves: Sequence[Any], plans: Sequence[str], max_batch: int, title: str) -> Figure:
-    """Crossover batch against a variable, one line per link; 'no crossover' drawn at the top."""
+    """Crossover batch against a variable, one line per link. A point without a crossover gets
+    its own marker: a triangle at `max_batch` (the plan faster at batch 1 wins throughout), a
+    down-triangle at the last batch where both plans fit (it wins as far as they do), an X on the
+    axis's floor (no batch where both fit); each link's markers sit a little apart, so one link's
+    do not hide another's."""
+    from matplotlib.transforms import blended_transform_factory, offset_copy
+
     fig, ax = plt.subplots(figsize=(8, 5))
     variable = curves[0].variable
+    floor = blended_transform_factory(ax.transData, ax.transAxes)  # x in data, y in axes fraction
+    kinds_drawn: set[str] = set()
     for k, c in enumerate(curves):
         x = axis_values(variable, c.values)
         y = np.asarray(c.crossover_batch, dtype=float)
         style, color = LINK_STYLES[k % len(LINK_STYLES)], OTHER_COLORS[k % len(OTHER_COLORS)]
-        ax.plot(x, y, style, marker="o", lw=2, color=color, label=f"{c.link}")
-        none = np.isnan(y)
-        if none.any():
-            ax.plot(x[none], np.full(none.sum(), max_batch), "^", ms=9, color=color, mfc="none")
+        ax.plot(x, y, style, marker="o", lw=2, color=color, label=f"{c.link}", zorder=2 + k)
+        kinds = [point_kind(c, j, max_batch) for j in range(len(x))]
+        dx = (k - (len(curves) - 1) / 2) * 5.0  # points: the links side by side
+        last = getattr(c, "last_feasible_batch", np.full(len(x), np.nan))
+        for kind, at in ((THROUGHOUT, None), (FITS_TO, last), (NONE_FIT, None)):
+            sel = np.array([q == kind for q in kinds], dtype=bool)
+            if not sel.any():
+                continue
+            kinds_drawn.add(kind)
+            if kind == NONE_FIT:
+                ys, base = np.full(sel.sum(), 0.03), floor
+            else:
+                ys, base = (np.full(sel.sum(), float(max_batch)) if at is None else np.asarray(at)[sel]), ax.transData
+            ax.plot(x[sel], ys, KIND_MARKERS[kind], ms=9, color=color, mfc="none" if kind != NONE_FIT else color,
+                    mew=1.5, ls="none", transform=offset_copy(base, fig=fig, x=dx, y=0, units="points"),
+                    zorder=4 + k, gid=f"{kind}:{c.link}")  # fmt: skip
+            if kind != NONE_FIT:  # a line drawn through an offset transform does not scale the axes
+                ax.update_datalim(np.column_stack([x[sel], ys]))
+    xs = np.concatenate([axis_values(variable, c.values) for c in curves])
+    y0 = ax.dataLim.y0 if np.isfinite(ax.dataLim.y0) else 1.0
+    # every value on the x axis, and room under the lowest line for the floor's X markers
+    ax.update_datalim([[xs.min(), y0 / (1.6 if NONE_FIT in kinds_drawn else 1.0)], [xs.max(), y0]])
+    ax.autoscale_view()
     set_x(ax, variable, axis_values(variable, curves[0].values))
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.set_ylabel(f"crossover batch (sequences; triangle: none up to {max_batch})")
+    ax.set_ylabel("crossover batch (sequences)")
     ax.grid(True, which="both", alpha=0.25)
-    ax.legend(title="link", fontsize=9)
+    labels = kind_labels(max_batch)
+    for kind in (THROUGHOUT, FITS_TO, NONE_FIT):
+        if kind in kinds_drawn:
+            ax.plot([], [], KIND_MARKERS[kind], ms=8, color="gray", mfc="none" if kind != NONE_FIT else "gray",
+                    ls="none", label=labels[kind])  # fmt: skip
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=8, frameon=False, ncol=1)
     ax.set_title(title, fontsize=11, loc="left")
-    lacking = []  # the points with no crossover up to max_batch, per link
-    for c in curves:
-        none = [
-            f"{v:g} ({w})"
-            for v, b, w in zip(axis_values(variable, c.values), c.crossover_batch, c.winner_at_batch_1, strict=True)
-            if b != b
-        ]
-        if none:
-            lacking.append(f"  {c.link}: at {variable} " + ", ".join(none) + " the plan in brackets wins throughout")
-    notes = ["below a line the plan that wins at batch 1 is faster, above it the other one"]
-    if lacking:  # the triangles' footnote only where a triangle is drawn
-        notes[0] += f"; triangles: no crossover up to batch {max_batch}:"
-        notes += lacking
-    fig.text(0.01, -0.02, "\n".join(notes), fontsize=8, color="#444444", va="top")
+    notes = [
+        "below a line the plan that wins at batch 1 is faster, above it the other one",
+        *_footnote(curves, max_batch),
+    ]
+    fig.text(0.01, -0.02 - 0.045 * (len(kinds_drawn) + len(curves)), "\n".join(notes), fontsize=8,
+             color="#444444", va="top")  # fmt: skip
     return fig
+
+
+def _footnote(curves: Sequence[Any], max_batch: int) -> list[str]:
+    """Per link, the points without a crossing, grouped by kind, each with the plan that wins there
+    (and for FITS_TO the last batch where both plans fit); nothing where every point crosses."""
+    out = []
+    for c in curves:
+        variable = c.variable
+        x = axis_values(variable, c.values)
+        groups: dict[tuple[str, str], list[str]] = {}
+        for j, v in enumerate(x):
+            kind = point_kind(c, j, max_batch)
+            if kind == CROSSING:
+                continue
+            w = c.winner_at_batch_1[j]
+            text = f"{v:g} (to batch {float(c.last_feasible_batch[j]):g})" if kind == FITS_TO else f"{v:g}"
+            groups.setdefault((kind, w), []).append((j, text))
+        parts = []
+        for (kind, w), at in groups.items():
+            where = f"at {variable} {_runs(at, kind != FITS_TO)}"
+            parts.append(
+                {
+                    THROUGHOUT: f"{w} faster up to batch {max_batch} {where}",
+                    FITS_TO: f"{w} faster as far as both plans fit {where}",
+                    NONE_FIT: f"no batch where both plans fit {where}",
+                }[kind]
+            )
+        if parts:
+            out += textwrap.wrap(f"{c.link}: " + "; ".join(parts), 150, initial_indent="  ", subsequent_indent="    ")
+    return out
+
+
+def _runs(points: list[tuple[int, str]], merge: bool) -> str:
+    """'8, 152-192': grid neighbours (consecutive indices) merged into a range where `merge`."""
+    if not merge:
+        return ", ".join(t for _, t in points)
+    runs: list[list[tuple[int, str]]] = []
+    for j, t in points:
+        if runs and runs[-1][-1][0] == j - 1:
+            runs[-1].append((j, t))
+        else:
+            runs.append([(j, t)])
+    return ", ".join(r[0][1] if len(r) == 1 else f"{r[0][1]}-{r[-1][1]}" for r in runs)
 
 
 def tornado(base_ratio: float, bars: Sequence[Any], plans: Sequence[str], factor: float, title: str) -> Figure:

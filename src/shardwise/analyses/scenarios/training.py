@@ -80,8 +80,13 @@ def small_batch(plot: bool) -> ScenarioReport:
 def slow_interconnect(plot: bool) -> ScenarioReport:
     """4.2: over PCIe TP's all-reduce is ~20x slower and TP is almost always worse."""
     exp = brief_experiment().with_(links=(parse_link_spec("PCIe-class=pcie4"),), batch=8)
-    res = run_crossover(exp, "bandwidth", np.geomspace(4e9, 900e9, 41))
-    at = res.crossings[0].at if res.crossings else float("nan")
+    # the figure: both links' latencies and protocols, so that each mark sits on its own link's
+    # curve (review 36: the NVLink3 mark sat on the PCIe-class curve, which crosses at 179 GB/s
+    # where the NVLink-class one crosses at 109)
+    both = exp.with_(links=(parse_link_spec("NVLink-class=nvlink3"), *exp.links))
+    res = run_crossover(both, "bandwidth", np.geomspace(4e9, 900e9, 41))
+    pcie_changes = res.winner_changes("PCIe-class")
+    at = pcie_changes[0].at if pcie_changes else float("nan")
     nv_tp, pcie_tp = (
         train_step(brief_model(), "NVLink", tp=8, global_batch=8),
         train_step(brief_model(), "PCIe", tp=8, global_batch=8),
@@ -105,9 +110,11 @@ def slow_interconnect(plot: bool) -> ScenarioReport:
             "crossover_figure",
             res,
             "Slow interconnect (brief 4.2): batch 8, link bandwidth swept",
-            "PCIe-class latency (2 µs per step); bandwidth is the line rate per direction",
+            "NVLink-class: NVLink3's latency (1 µs per step) and protocol; PCIe-class: PCIe Gen4's (2 µs); "
+            "bandwidth is the line rate per direction, swept for both; dotted: each link's own bandwidth",
             "training step time (s)",
-            markers=(("PCIe Gen4", 31.5), ("NVLink3 (A100)", 300)),
+            markers=(("PCIe Gen4 (PCIe-class)", 31.5), ("NVLink3, A100 (NVLink-class)", 300)),
+            log_y=True,
         )
     return ScenarioReport(
         "slow-interconnect",
@@ -153,6 +160,8 @@ def thin_layers(plot: bool) -> ScenarioReport:
             ("share of TP=8's step", "ratio (< 1: TP faster)"),
             "Thin vs wide layers (brief 4.3): batch 8, NVLink, 96 layers",
             hline_right=1.0,
+            missing=~np.array(fits),
+            missing_label="a plan does not fit 8 A100s' memory there (times only)",
         )
     return ScenarioReport(
         "thin-layers",
@@ -333,7 +342,8 @@ def wide_layers(plot: bool) -> ScenarioReport:
             f"Layers too wide for one GPU (brief 5): {layers} layers of hidden {h}",
             logx=True,
             logy=True,
-            hline=(gpu_bytes / 1e9, "A100 80 GB"),
+            # the preset's memory (GiB, as nvidia-smi reports it) in the axis's GB, not the datasheet's "80 GB"
+            hline=(gpu_bytes / 1e9, f"A100 (datasheet 80 GB): {gpu_bytes / 2**30:.2f} GiB = {gpu_bytes / 1e9:.1f} GB"),
             note="full recomputation, ZeRO-0; ZeRO-3 could shard the state across data-parallel ranks too",
         )
     return ScenarioReport(
