@@ -17,10 +17,9 @@ tokens, with the batch split into m = min(batch, pp) micro-batches of about batc
 
 Memory per GPU: weights at their storage precision (embeddings and output layer in 16 bits), the
 KV cache of every sequence for the stage's layers (keys and values of the KV heads on this TP
-rank), and the runtime reserve. Like TensorRT-LLM
-(`kv_cache_free_gpu_mem_fraction` = 0.9) 90% of what is left after the weights (and, for
-TensorRT-LLM, its engine's activation, runtime and decoder buffers: `engines.trtllm_buffers`)
-holds KV cache, which sets the largest batch that fits.
+rank), and the runtime reserve. Like TensorRT-LLM (`kv_cache_free_gpu_mem_fraction` = 0.9) 90%
+of what is left after the weights (and, for TensorRT-LLM, its engine's activation, runtime and
+decoder buffers: `engines.trtllm_buffers`) holds KV cache, which sets the largest batch that fits.
 
 Serving engines capture decode steps in CUDA graphs and call NCCL from C++, so by default
 (runtime "graphs") the per-kernel gap is 1 us and a collective's base latency NCCL's own 6.6 us
@@ -38,6 +37,7 @@ import numpy as np
 
 from shardwise.engines.dp_attention import dp_attention, launch_tp, serving_expert_layout
 from shardwise.engines.dp_dense import group_params_delta, refuse_unsupported
+from shardwise.engines.engine_formats import check_weight_format
 from shardwise.engines.engine_kernels import KERNELS, layer_kernels, norm_fusion_max_bytes
 from shardwise.engines.engine_presets import engine, kv_cache_bytes, max_batched_tokens, max_sequences
 from shardwise.engines.forward import ForwardStages, forward_stages
@@ -151,6 +151,7 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
     kernel) and precision."""
     if scn.model.is_hybrid:  # decode is a state update per Mamba-2 layer, not a KV-cache read: not built yet
         raise SpecError(f"model {scn.model.name!r}: serving a hybrid Mamba-2 model is not priced yet (training is)")
+    check_weight_format(wl.engine, scn.cluster.gpu, wl.weight_precision, "serving: weight_precision")
     cluster = scn.cluster
     gap, base = RUNTIMES[wl.runtime]
     quantised = wl.weight_precision not in ("bf16", "fp16")

@@ -183,7 +183,7 @@ class ServeRequest:
             from shardwise.presets import system
 
             cluster = cluster.with_(pcie=system(options["system"]).pcie)
-        from shardwise.requests.serve_plans import EXPERT_PARALLEL_ENGINES, Layouts, layouts
+        from shardwise.requests.serve_plans import EXPERT_PARALLEL_ENGINES, Layouts, experts_run, layouts
 
         given = Layouts([parse_plan_spec(t) for t in self.plans])
         found = given if self.plans else layouts(cluster, model, self.framework)
@@ -194,12 +194,7 @@ class ServeRequest:
                 f"ranks (ep 1), as {self.framework} runs it (expert-parallel layouts are compared under "
                 "--framework tensorrt-llm, vllm or sglang)"
             )
-        no_ep = self.plans and self.framework not in EXPERT_PARALLEL_ENGINES
-        if no_ep and any(dict(x.options).get("ep", 1) > 1 for x in specs):
-            notes.append(
-                f"{self.framework} runs no expert parallelism (only tensorrt-llm, vllm and sglang do): "
-                "its plans with ep > 1 are priced as if it did"
-            )
+        notes += experts_run(specs, self.framework) if self.plans else []
         allowed = {"first_stage_layers", "last_stage_layers", "cp", "ep", "etp"}
         for spec in specs:
             extra = [k for k, _ in spec.options if k not in allowed]
@@ -246,6 +241,9 @@ class ServeRequest:
             name, _, rest = text.partition(": ")
             flags = {"input_len": "--input-len", "output_len": "--output-len", "batch": "--concurrency"}
             raise SpecError(f"{flags[name]}: {rest}" if name in flags and rest else str(exc)) from None
+        from shardwise.engines.engine_formats import check_weight_format
+
+        check_weight_format(self.framework, cluster.gpu, workload.weight_precision, "--weight-precision")
         mix = request_mix(self.lengths)
         if mix is None and (total := workload.input_len + workload.output_len) > model.seq_len:
             notes.append(  # priced all the same: a preset's sequence length may be its pre-training one
@@ -322,7 +320,7 @@ class ServeRequest:
             n_plans = len(self._searched_specs(s))
         else:
             n_plans = len(plans(int(s.cluster.num_gpus), s.cluster.gpus_per_node))
-        n_precisions = 1 if self.weight_precision is not None else len(precisions(s.cluster))
+        n_precisions = 1 if self.weight_precision is not None else len(precisions(s.cluster, self.framework))
         return n_plans * n_precisions
 
 
