@@ -380,4 +380,5 @@ def _engine_text(workload: Any) -> str:
     from shardwise.engines.engine_presets import engine
 
     preset = engine(workload.engine)
-    return f"engine {preset.name} {preset.version}; "
+    static = "" if preset.continuous_batching else " (no in-flight batching: static batches)"
+    return f"engine {preset.name} {preset.version}{static}; "

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from shardwise.errors import SpecError
 from shardwise.precisions import STORAGE_PRECISIONS
 from shardwise.requests import fields as F
+from shardwise.requests.serve_flags import default_batching, resolved_batching
 from shardwise.requests.training import TrainingRequest
 from shardwise.specs.serving import ENGINE_ALL_REDUCE
 
@@ -54,7 +55,7 @@ SERVE_FIELDS = (
     _f("concurrency", "int", dest="batch"),  # None: 1 (and not "given", for the latency targets)
     _f("max_throughput", "bool", False),
     _f("request_rate", "float"),
-    _f("batching", "str", "inflight", "inflight", "static"),
+    _f("batching", "str", None, "inflight", "static"),  # None: the engine's (`serve_flags.resolved_batching`)
     _f("max_batched_tokens", "int"),
     _f("requests", "int", 1000),
     _f("weight_precision", "str", None, *STORAGE_PRECISIONS),
@@ -89,7 +90,7 @@ class ServeRequest:
     concurrency: int | None = None
     max_throughput: bool = False
     request_rate: float | None = None
-    batching: str = "inflight"
+    batching: str | None = None  # None: inflight, static where the engine has no continuous batching
     max_batched_tokens: int | None = None
     requests: int = 1000
     weight_precision: str | None = None
@@ -108,6 +109,7 @@ class ServeRequest:
         F.normalize(self, SERVE_FIELDS, where=True)
         if self.framework is None:  # --emit vllm prices the plans as the vLLM server it prints runs them
             object.__setattr__(self, "framework", "vllm" if self.emit == "vllm" else "tensorrt-llm")
+        object.__setattr__(self, "batching", resolved_batching(self))
         # flags that only qualify another: one line each where that other is missing
         if self.slo_percentile is not None and not self.targets:
             raise SpecError("--slo-percentile says which percentile --ttft-max/--tpot-max bound; add one of them")
@@ -142,6 +144,8 @@ class ServeRequest:
 
     def to_argv(self) -> list[str]:
         own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "target"}
+        if own["batching"] == default_batching(str(self.framework)):  # said by the engine's name
+            own["batching"] = None
         return ["serve", *self.target.to_argv(), *F.argv_of(own, SERVE_FIELDS)]
 
     def command(self) -> str:
