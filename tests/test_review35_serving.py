@@ -124,22 +124,19 @@ def test_a_weight_format_the_engine_runs_is_priced(cli, argv):
 
 
 def test_the_api_refuses_the_same_formats():
-    from shardwise.engines.serving import estimate_serving
+    """`ServeRequest` (the Python API; the explorer's serving page) raises the command's error. The
+    engines' `estimate_serving` prices what it is given: `analyses.serving_pcie` prices ExLlamaV2's
+    EXL2 weights as int4 under the plain-PyTorch preset's kernel counts."""
     from shardwise.requests import ServeRequest
     from shardwise.requests.training import TrainingRequest
-    from shardwise.specs import Scenario
-    from shardwise.specs.serving import ServingWorkload
 
-    req = ServeRequest(TrainingRequest(model="llama3-8b", system="dgx-h100"), plans=("tp=2",), framework="llama.cpp",
-                       weight_precision="fp8")  # fmt: skip
-    with pytest.raises(SpecError, match=r"^--weight-precision fp8: llama.cpp cannot run fp8 weights"):
+    target = TrainingRequest(model="llama3-8b", system="dgx-a100")
+    req = ServeRequest(target, plans=("tp=2",), framework="llama.cpp", weight_precision="fp8")
+    with pytest.raises(SpecError, match=r"^--weight-precision fp8: llama.cpp cannot run fp8 weights on a100"):
         req.run()
-    from shardwise.engines.serving import plan_for_serving
-
-    scn = Scenario(presets.model("llama3-8b"), presets.system("dgx-a100"), plan_for_serving(2, 1, 4))
-    with pytest.raises(SpecError, match=r"^serving: weight_precision nvfp4: tensorrt-llm cannot run .*choose bf16"):
-        estimate_serving(scn, ServingWorkload(512, 128, 4, weight_precision="nvfp4"))
-    assert estimate_serving(scn, ServingWorkload(512, 128, 4, weight_precision="nvfp4", engine="vllm")).fits_in_memory
+    with pytest.raises(SpecError, match=r"^--weight-precision nvfp4: tensorrt-llm cannot run .*choose bf16"):
+        ServeRequest(target, plans=("tp=2",), weight_precision="nvfp4").run()
+    assert ServeRequest(target, plans=("tp=2",), framework="vllm", weight_precision="nvfp4").run().rows
 
 
 def test_the_latency_search_tries_only_formats_the_engine_runs():

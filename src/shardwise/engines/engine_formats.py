@@ -1,7 +1,10 @@
 """The weight formats a serving engine runs, and on which GPUs: a format an engine cannot run is
 refused in one line naming the field, the value and what that engine runs on that GPU (review 35:
 llama.cpp was priced in FP8, TensorRT-LLM in Q4_K, NVFP4 weights on A100 under TensorRT-LLM and
-FP8 weights on V100 under vLLM, all without a word).
+FP8 weights on V100 under vLLM, all without a word). Checked where a request is built
+(`requests.serve.ServeRequest.setting`: the command line, the Python API, the explorer); the
+engines price what they are given (`analyses.serving_pcie` prices ExLlamaV2's EXL2 weights as int4
+with the plain-PyTorch preset's kernel counts).
 
 The formats are each preset's `EnginePreset.weight_formats` (16 bits always: bf16 where the GPU has
 BF16, fp16 everywhere). What a format needs of the GPU is read from its preset, the four levels

@@ -37,7 +37,6 @@ import numpy as np
 
 from shardwise.engines.dp_attention import dp_attention, launch_tp, serving_expert_layout
 from shardwise.engines.dp_dense import group_params_delta, refuse_unsupported
-from shardwise.engines.engine_formats import check_weight_format
 from shardwise.engines.engine_kernels import KERNELS, layer_kernels, norm_fusion_max_bytes
 from shardwise.engines.engine_presets import engine, kv_cache_bytes, max_batched_tokens, max_sequences
 from shardwise.engines.forward import ForwardStages, forward_stages
@@ -151,7 +150,6 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
     kernel) and precision."""
     if scn.model.is_hybrid:  # decode is a state update per Mamba-2 layer, not a KV-cache read: not built yet
         raise SpecError(f"model {scn.model.name!r}: serving a hybrid Mamba-2 model is not priced yet (training is)")
-    check_weight_format(wl.engine, scn.cluster.gpu, wl.weight_precision, "serving: weight_precision")
     cluster = scn.cluster
     gap, base = RUNTIMES[wl.runtime]
     quantised = wl.weight_precision not in ("bf16", "fp16")
