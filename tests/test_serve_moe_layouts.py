@@ -180,9 +180,14 @@ def test_a_dense_models_search_is_unchanged():
 
 
 def test_an_expert_plan_under_an_engine_without_expert_parallelism_says_so(cli):
-    code, _, err = cli(["serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--framework", "llama.cpp",
-                        "--plan", "tp=2,ep=2", "--plan", "tp=2"])  # fmt: skip
-    assert code == 0 and "llama.cpp runs no expert parallelism" in err
+    """FasterTransformer and PyTorch price ep > 1 as if they ran it, with a note; llama.cpp refuses
+    it in one line with the fix, as it refuses tp above the KV heads (review 35 #11)."""
+    argv = ["serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--plan", "tp=2,ep=2", "--plan", "tp=2"]
+    code, _, err = cli([*argv, "--framework", "pytorch"])
+    assert code == 0 and "pytorch runs no expert parallelism" in err
+    code, out, err = cli([*argv, "--framework", "llama.cpp"])
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "--plan 'tp=2,ep=2': llama.cpp runs no expert parallelism" in err and "give ep=1" in err
 
 
 def test_the_target_search_honours_stage_layers_on_a_dense_model(cli):

@@ -114,6 +114,7 @@ def read(path: str | Path) -> dict[str, Any]:
                     raise SpecError(f"{p}: {key}: {value} is not allowed; it must be a whole number")
                 out[field] = int(value)
                 break
+    out["head_dim_in_config"] = any(k in cfg for k in ("head_size", "head_dim", "attention_head_dim"))  # trtllm-bench's
     _hybrid(p, cfg, out)
     _window(p, cfg, out)
     missing = [f for f in ("layers", "hidden", "heads", "vocab") if f not in out]

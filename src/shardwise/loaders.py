@@ -134,7 +134,7 @@ _MODEL_INTS = (
     "full_attention_every",
 )
 _MODEL_FLAGS = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout", "glu_clamp")
-_MODEL_FLAGS = (*_MODEL_FLAGS, "yarn_rope")
+_MODEL_FLAGS = (*_MODEL_FLAGS, "yarn_rope", "head_dim_in_config")
 _IGNORED = {"source", "kind", "notes", "name"}
 
 

@@ -61,9 +61,12 @@ def plans(num_gpus: int, per_node: int) -> list[tuple[int, int]]:
     return out
 
 
-def precisions(cluster: Cluster) -> list[tuple[str, str]]:
+def precisions(cluster: Cluster, engine: str = "tensorrt-llm") -> list[tuple[str, str]]:
     """(weights, KV cache) worth trying on this GPU: 16 bits (bf16, fp16 on a GPU without BF16: V100);
-    FP8 where it has FP8 tensor cores; NVFP4 weights (FP8 KV cache) where it has FP4 ones."""
+    FP8 where it has FP8 tensor cores; NVFP4 weights (FP8 KV cache) where it has FP4 ones; of them
+    the weight formats `engine` runs there (`engines.engine_formats`: llama.cpp runs neither)."""
+    from shardwise.engines.engine_formats import weight_formats_on
+
     gpu = cluster.gpu
     half = gpu.sixteen_bit
     out = [(half, half)]
@@ -71,7 +74,8 @@ def precisions(cluster: Cluster) -> list[tuple[str, str]]:
         out.append(("fp8", "fp8"))
     if float(gpu.peak_flops_per_s_fp4) > 0:
         out.append(("nvfp4", "fp8"))
-    return out
+    runs = weight_formats_on(engine, gpu)
+    return [(w, kv) for w, kv in out if w in runs]
 
 
 def _meets(est: InflightEstimate, ttft_max: float | None, tpot_max: float | None, pct: str) -> str:
@@ -261,7 +265,7 @@ def search(
     options: list[Option] = []
     loads: dict[int, _Load] = {}  # an option's load search, where a load met the targets
     for label, scn in candidates:
-        for w, kv in precision_choices or precisions(cluster):
+        for w, kv in precision_choices or precisions(cluster, wl.engine):
             work = replace(wl, weight_precision=w, kv_precision=kv)
             try:
                 if isinstance(scn, SpecError):

@@ -83,10 +83,10 @@ serving_options = _stack(
     click.option(
         "--batching",
         type=click.Choice(["inflight", "static"], case_sensitive=False),
-        default="inflight",
-        show_default=True,
         help="inflight: continuous batching with chunked prefill, simulated request by request (vLLM, SGLang, "
-        "TensorRT-LLM); static: one batch of --concurrency requests prefilled together, then decoded together.",
+        "TensorRT-LLM, llama.cpp); static: one batch of --concurrency requests prefilled together, then decoded "
+        "together. [default: inflight; static under fastertransformer and pytorch, which have no continuous "
+        "batching]",
     ),
     click.option(
         "--max-batched-tokens",

@@ -69,14 +69,16 @@ def print_estimates(
         fits = bool(est.fits_in_memory)
         style = None if fits else "red"
         name = replicas_label(label, int(est.scenario.plan.dp))
+        # a plan that does not fit has no times or rates: "-", in every mode (JSON: null)
+        timed = fits and math.isfinite(float(est.tpot_s))
         table.add_row(
             name if fits else f"{name} [does not fit]",
             _count(est.mean_running) if inflight and est.users is None else f"{int(est.workload.batch)}",
-            format_seconds(float(est.ttft_s)),
-            _time(est.tpot_s),
-            format_seconds(float(est.e2e_s)),
-            f"{float(est.throughput_tokens_per_s):,.0f}",
-            f"{float(est.per_user_tokens_per_s):,.1f}" if math.isfinite(float(est.tpot_s)) else "-",
+            format_seconds(float(est.ttft_s)) if fits else "-",
+            _time(est.tpot_s) if fits else "-",
+            format_seconds(float(est.e2e_s)) if fits else "-",
+            f"{float(est.throughput_tokens_per_s):,.0f}" if fits else "-",
+            f"{float(est.per_user_tokens_per_s):,.1f}" if timed else "-",
             format_bytes(float(est.total_bytes)),
             f"{int(est.max_batch):,}",
             style=style,
@@ -108,7 +110,7 @@ def print_estimates(
                 f"[red]{label}: batch {int(est.workload.batch)} does not fit: at most {int(est.max_batch):,} "
                 "sequences per replica fit the KV cache[/]"
             )
-    for label, est in rows if not inflight else []:
+    for label, est in [r for r in rows if bool(r[1].fits_in_memory)] if not inflight else []:
         dec = {k: float(v) for k, v in est.decode_s.items()}
         total = sum(dec.values())
         parts = ", ".join(f"{_part(k, est)} {v / total:.0%}" for k, v in dec.items() if v > 0)
@@ -378,4 +380,5 @@ def _engine_text(workload: Any) -> str:
     from shardwise.engines.engine_presets import engine
 
     preset = engine(workload.engine)
-    return f"engine {preset.name} {preset.version}; "
+    static = "" if preset.continuous_batching else " (no in-flight batching: static batches)"
+    return f"engine {preset.name} {preset.version}{static}; "

@@ -227,6 +227,11 @@ class EnginePreset:
     # under data-parallel attention each attention rank prefills 1/dp of the token budget (SGLang
     # divides --chunked-prefill-size by --dp: server_args.py `_handle_data_parallelism`, 0.5.6.post2)
     dp_attention_splits_budget: bool = False
+    # requests join and leave the running batch between iterations (in-flight / continuous batching);
+    # False: a batch runs to its end before the next starts, `serve`'s default then --batching static
+    # (FasterTransformer 5.x: its Triton backend's dynamic batcher groups requests, each group decoded
+    # to the end; a plain PyTorch loop, HF `generate`, the same)
+    continuous_batching: bool = True
     source: str = ""
 
 
@@ -264,8 +269,10 @@ ENGINES = {
         "2025-26 fusions (flash attention on by default, RMS norm with its weight, RoPE with the cache write, "
         "SwiGLU, add chains) not counted, so a 2026 build's decode at small batches is priced slower",
     ),
-    "fastertransformer": EnginePreset("fastertransformer", "5.x", "cpp-eager", "none", "free-fraction", 0.9),
-    "pytorch": EnginePreset("pytorch", "-", "pytorch-eager", "none", "free-fraction", 0.9),
+    "fastertransformer": EnginePreset(
+        "fastertransformer", "5.x", "cpp-eager", "none", "free-fraction", 0.9, continuous_batching=False
+    ),
+    "pytorch": EnginePreset("pytorch", "-", "pytorch-eager", "none", "free-fraction", 0.9, continuous_batching=False),
 }  # fmt: skip
 assert set(ENGINES) == set(ENGINE_NAMES)
 assert all({e.tensor_split, e.ends_placement} <= PLACEMENTS for e in ENGINES.values())

@@ -17,10 +17,9 @@ tokens, with the batch split into m = min(batch, pp) micro-batches of about batc
 
 Memory per GPU: weights at their storage precision (embeddings and output layer in 16 bits), the
 KV cache of every sequence for the stage's layers (keys and values of the KV heads on this TP
-rank), and the runtime reserve. Like TensorRT-LLM
-(`kv_cache_free_gpu_mem_fraction` = 0.9) 90% of what is left after the weights (and, for
-TensorRT-LLM, its engine's activation, runtime and decoder buffers: `engines.trtllm_buffers`)
-holds KV cache, which sets the largest batch that fits.
+rank), and the runtime reserve. Like TensorRT-LLM (`kv_cache_free_gpu_mem_fraction` = 0.9) 90%
+of what is left after the weights (and, for TensorRT-LLM, its engine's activation, runtime and
+decoder buffers: `engines.trtllm_buffers`) holds KV cache, which sets the largest batch that fits.
 
 Serving engines capture decode steps in CUDA graphs and call NCCL from C++, so by default
 (runtime "graphs") the per-kernel gap is 1 us and a collective's base latency NCCL's own 6.6 us

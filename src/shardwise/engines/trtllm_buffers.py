@@ -12,7 +12,13 @@ and output lengths.
 
 1. trtllm-bench's engine settings (tensorrt_llm/bench/build/tuning.py, `calc_engine_setting`,
    `finetune_setting`): requests the KV cache of all t p GPUs could hold, R = f (t p M - P w)
-   / (2 L max(t, k) d e_kv (I + O)) (P parameters, w bytes each, k KV heads of d); raw batch
+   / (2 L max(t, k) d e_kv (I + O)) (P parameters, w bytes each, k KV heads of d); d is the
+   config's head size as `ModelConfig` reads it (tensorrt_llm/bench/build/dataclasses.py @04cba882:
+   the `head_size`, `head_dim` or `attention_head_dim` key, else hidden_size // num_attention_heads,
+   from `AutoConfig.from_pretrained(..., trust_remote_code=True).to_dict()`): DeepSeek-V3's
+   config.json (latent attention; the repository's own DeepseekV3Config, which trust_remote_code
+   loads) has none, so d = 7168 // 128 = 56, not its 128-wide query/key heads
+   (`Model.head_dim_in_config`, review 35); raw batch
    r = min(R, 4096) / p; S = max(64, 32 ceil(r / 32)) below 256, 128 ceil(r / 128) below 1024,
    else 256 ceil(r / 256); N from n = min(r (1 + I / O), 32768): max(2048, 256 ceil(n / 256))
    below 4096, 512 ceil(n / 512) below 8192, else 1024 ceil(n / 1024). f = 0.90: `trtllm-bench
@@ -112,7 +118,7 @@ def bench_engine_settings(
     chunked prefill (its default) the token budget holds the whole prompt and a full batch."""
     t, p = np.asarray(tp, dtype=float), np.asarray(pp, dtype=float)
     gib = 1024.0**3  # tuning.py counts in GiB (of NVML's total; here CUDA's, module docstring)
-    per_token = 2 * model.layers * np.maximum(t, model.kv_heads) * model.head_dim * kv_bytes_per_element / gib
+    per_token = 2 * model.layers * np.maximum(t, model.kv_heads) * bench_head_size(model) * kv_bytes_per_element / gib
     engine = np.asarray(total_params(model), dtype=float) * weight_bytes_per_param / gib
     available = np.asarray(gpu_memory_bytes, dtype=float) / gib * t * p - engine
     requests = np.maximum(BENCH_KV_FRACTION * available / (per_token * (input_len + output_len)), 0.0)
@@ -131,6 +137,12 @@ def bench_engine_settings(
     if not chunked_prefill:
         tokens = np.maximum(tokens, input_len + batch)
     return batch, tokens
+
+
+def bench_head_size(model: Model) -> int:
+    """The head size trtllm-bench reads from the model's config.json (module docstring, 1): its
+    `head_size`, `head_dim` or `attention_head_dim`, else hidden_size // num_attention_heads."""
+    return int(model.head_dim) if model.head_dim_in_config else int(model.hidden) // int(model.heads)
 
 
 def activation_bytes(model: Model, tp: Number, max_num_tokens: Number) -> Number:

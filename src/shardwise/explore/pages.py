@@ -163,9 +163,9 @@ def _serving(v: dict[str, Any], files: Files, run: Run) -> Result:
 
 
 def _served(p: dict[str, Any]) -> str:
-    """One plan's line: its times and throughput, or (no times: the weights leave no room for a
-    KV cache) the memory it needs per GPU and what would make it fit, as the command says."""
-    if p["ttft_s"] is None or p["tpot_s"] is None:
+    """One plan's line: its times and throughput, or (no times: it does not fit, `serve --json`
+    nulls them) the memory it needs per GPU and what would make it fit, as the command says."""
+    if not p["fits_in_memory"] or p["ttft_s"] is None or p["tpot_s"] is None:
         hint = f"; would fit with {p['would_fit']}" if p.get("would_fit") else ""
         return f"{p['plan']}: does not fit ({p['memory_bytes']['total'] / 1e9:.1f} GB per GPU{hint})"
     overloaded = (
@@ -175,7 +175,7 @@ def _served(p: dict[str, Any]) -> str:
     )
     return (
         f"{p['plan']}: TTFT {_time(p['ttft_s'])}, TPOT {_time(p['tpot_s'])}, "
-        f"{p['throughput_tokens_per_s']:.4g} tokens/s" + ("" if p["fits_in_memory"] else " (does not fit)") + overloaded
+        f"{p['throughput_tokens_per_s']:.4g} tokens/s" + overloaded
     )
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from shardwise.errors import SpecError
 from shardwise.precisions import STORAGE_PRECISIONS
 from shardwise.requests import fields as F
+from shardwise.requests.serve_flags import default_batching, resolved_batching
 from shardwise.requests.training import TrainingRequest
 from shardwise.specs.serving import ENGINE_ALL_REDUCE
 
@@ -54,7 +55,7 @@ SERVE_FIELDS = (
     _f("concurrency", "int", dest="batch"),  # None: 1 (and not "given", for the latency targets)
     _f("max_throughput", "bool", False),
     _f("request_rate", "float"),
-    _f("batching", "str", "inflight", "inflight", "static"),
+    _f("batching", "str", None, "inflight", "static"),  # None: the engine's (`serve_flags.resolved_batching`)
     _f("max_batched_tokens", "int"),
     _f("requests", "int", 1000),
     _f("weight_precision", "str", None, *STORAGE_PRECISIONS),
@@ -89,7 +90,7 @@ class ServeRequest:
     concurrency: int | None = None
     max_throughput: bool = False
     request_rate: float | None = None
-    batching: str = "inflight"
+    batching: str | None = None  # None: inflight, static where the engine has no continuous batching
     max_batched_tokens: int | None = None
     requests: int = 1000
     weight_precision: str | None = None
@@ -108,6 +109,7 @@ class ServeRequest:
         F.normalize(self, SERVE_FIELDS, where=True)
         if self.framework is None:  # --emit vllm prices the plans as the vLLM server it prints runs them
             object.__setattr__(self, "framework", "vllm" if self.emit == "vllm" else "tensorrt-llm")
+        object.__setattr__(self, "batching", resolved_batching(self))
         # flags that only qualify another: one line each where that other is missing
         if self.slo_percentile is not None and not self.targets:
             raise SpecError("--slo-percentile says which percentile --ttft-max/--tpot-max bound; add one of them")
@@ -142,6 +144,8 @@ class ServeRequest:
 
     def to_argv(self) -> list[str]:
         own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "target"}
+        if own["batching"] == default_batching(str(self.framework)):  # said by the engine's name
+            own["batching"] = None
         return ["serve", *self.target.to_argv(), *F.argv_of(own, SERVE_FIELDS)]
 
     def command(self) -> str:
@@ -183,7 +187,7 @@ class ServeRequest:
             from shardwise.presets import system
 
             cluster = cluster.with_(pcie=system(options["system"]).pcie)
-        from shardwise.requests.serve_plans import EXPERT_PARALLEL_ENGINES, Layouts, layouts
+        from shardwise.requests.serve_plans import EXPERT_PARALLEL_ENGINES, Layouts, experts_run, layouts
 
         given = Layouts([parse_plan_spec(t) for t in self.plans])
         found = given if self.plans else layouts(cluster, model, self.framework)
@@ -194,12 +198,7 @@ class ServeRequest:
                 f"ranks (ep 1), as {self.framework} runs it (expert-parallel layouts are compared under "
                 "--framework tensorrt-llm, vllm or sglang)"
             )
-        no_ep = self.plans and self.framework not in EXPERT_PARALLEL_ENGINES
-        if no_ep and any(dict(x.options).get("ep", 1) > 1 for x in specs):
-            notes.append(
-                f"{self.framework} runs no expert parallelism (only tensorrt-llm, vllm and sglang do): "
-                "its plans with ep > 1 are priced as if it did"
-            )
+        notes += experts_run(specs, self.framework) if self.plans else []
         allowed = {"first_stage_layers", "last_stage_layers", "cp", "ep", "etp"}
         for spec in specs:
             extra = [k for k, _ in spec.options if k not in allowed]
@@ -246,6 +245,9 @@ class ServeRequest:
             name, _, rest = text.partition(": ")
             flags = {"input_len": "--input-len", "output_len": "--output-len", "batch": "--concurrency"}
             raise SpecError(f"{flags[name]}: {rest}" if name in flags and rest else str(exc)) from None
+        from shardwise.engines.engine_formats import check_weight_format
+
+        check_weight_format(self.framework, cluster.gpu, workload.weight_precision, "--weight-precision")
         mix = request_mix(self.lengths)
         if mix is None and (total := workload.input_len + workload.output_len) > model.seq_len:
             notes.append(  # priced all the same: a preset's sequence length may be its pre-training one
@@ -322,7 +324,7 @@ class ServeRequest:
             n_plans = len(self._searched_specs(s))
         else:
             n_plans = len(plans(int(s.cluster.num_gpus), s.cluster.gpus_per_node))
-        n_precisions = 1 if self.weight_precision is not None else len(precisions(s.cluster))
+        n_precisions = 1 if self.weight_precision is not None else len(precisions(s.cluster, self.framework))
         return n_plans * n_precisions
 
 

@@ -16,6 +16,39 @@ from shardwise.errors import SpecError
 REQUEST_RATE_RANGE_PER_S = (1.0 / 86400, 1e9)
 
 
+def default_batching(framework: str) -> str:
+    """How `framework` batches requests unless told: in flight where it batches continuously, else
+    static (`engines.engine_presets.EnginePreset.continuous_batching`: FasterTransformer, PyTorch)."""
+    from shardwise.engines.engine_presets import engine
+
+    return "inflight" if engine(framework).continuous_batching else "static"
+
+
+def resolved_batching(req: Any) -> str:
+    """`req.batching`, or the engine's default (`default_batching`); under an engine without
+    continuous batching what only in-flight batching prices is refused in one line (review 35: FasterTransformer
+    5.x was simulated with in-flight batching and chunked prefill, close to TensorRT-LLM)."""
+    if default_batching(req.framework) == "inflight":
+        return req.batching or "inflight"
+    needs = [
+        flag
+        for flag, on in (
+            ("--batching inflight", req.batching == "inflight"),
+            ("--ttft-max/--tpot-max", req.targets),
+            ("--request-rate", req.request_rate is not None),
+            (f"--lengths {req.lengths}", req.lengths != "fixed"),
+        )
+        if on
+    ]
+    if needs:
+        raise SpecError(
+            f"{needs[0]}: {req.framework} runs no in-flight (continuous) batching, only static batches prefilled "
+            "together and decoded to the end (--batching static, its default); drop it, or use --framework "
+            "tensorrt-llm, vllm or sglang"
+        )
+    return "static"
+
+
 def check_load_flags(req: Any, budget: int, mix: Any) -> dict[str, Any] | None:
     """`req`: a `requests.serve.ServeRequest` (not imported: serve imports this module). One clear
     line where the load flags clash; else the in-flight simulation's settings (None: a

@@ -60,6 +60,25 @@ def kv_replicas_run(specs: list[Any], framework: str, kv_heads: int, given: bool
 EXPERT_PARALLEL_ENGINES = ("tensorrt-llm", "vllm", "sglang")
 
 
+def experts_run(specs: list[Any], framework: str) -> list[str]:
+    """The notes on the --plan `specs` with ep > 1 under an engine without expert parallelism:
+    llama.cpp's are refused in one line, as its tp above the KV heads is (`kv_replicas_run`);
+    FasterTransformer's and PyTorch's priced as if they ran it, with a note."""
+    with_ep = [s for s in specs if dict(s.options).get("ep", 1) > 1]
+    if not with_ep or framework in EXPERT_PARALLEL_ENGINES:
+        return []
+    if framework == "llama.cpp":
+        raise SpecError(
+            f"--plan {with_ep[0].label!r}: llama.cpp runs no expert parallelism (it splits every expert over "
+            "its GPUs, -sm row, or places whole layers, -sm layer); give ep=1, or --framework vllm, sglang or "
+            "tensorrt-llm"
+        )
+    return [
+        f"{framework} runs no expert parallelism (only tensorrt-llm, vllm and sglang do): its plans with ep > 1 "
+        "are priced as if it did"
+    ]
+
+
 @dataclass(frozen=True)
 class Layouts:
     """The layouts `serve` compares without --plan (`layouts`): `specs` in table order; `twins`,

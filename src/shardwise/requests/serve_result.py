@@ -94,7 +94,7 @@ class ServeResult:
             },
             "plans": [
                 {
-                    **export.serving_dict(label, est, *self.spreads[label]),
+                    **_untimed(export.serving_dict(label, est, *self.spreads[label])),
                     "would_fit": self.hints.get(label),
                     "launch": self.launches.get(label),
                     **(
@@ -120,6 +120,19 @@ class ServeResult:
             "notes": list(self.notes),  # what was assumed (the command line prints them on stderr)
             "command": req.command(),
         }
+
+
+# the times and rates of a plan's row (and their 80% intervals): null where it does not fit, as the
+# table's "-" (review 35: a static batch over the KV cache printed the times of a batch that cannot run)
+TIMED_KEYS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tokens_per_s", "per_user_tokens_per_s")
+
+
+def _untimed(row: dict[str, Any]) -> dict[str, Any]:
+    """`row` (`export.serving_dict`) with no times, rates or their parts where the plan does not fit."""
+    if row["fits_in_memory"]:
+        return row
+    banded = [f"{k}_{end}" for k in TIMED_KEYS for end in ("low", "high") if f"{k}_{end}" in row]
+    return {**row, **dict.fromkeys((*TIMED_KEYS, *banded)), "prefill_s": {}, "decode_s": {}}
 
 
 def priced(request: Any, s: Any, progress: Callable[..., Any] | None = None) -> ServeResult:
@@ -325,7 +338,6 @@ def _fit_hint(s: Any, est: Any) -> str:
     on the same GPUs (the first few that do, cheapest change first)."""
     from dataclasses import replace
 
-    from shardwise.analyses.serving import at_max_batch
     from shardwise.engines.serving import estimate_serving
     from shardwise.loaders import parse_plan_spec
 
@@ -348,11 +360,10 @@ def _fit_hint(s: Any, est: Any) -> str:
             other = estimate_serving(scn, workload)
         except SpecError:
             continue
-        if bool(other.fits_in_memory) or (
-            int(other.max_batch) >= 1
-            and int(est.workload.batch) > 1
-            and bool(at_max_batch(scn, workload).fits_in_memory)
-        ):
+        # the batch asked must fit (review 35: a static batch of 5,000 was told fp8 weights would fit
+        # it, which hold 2,343); in flight the requests beyond the KV cache wait, so one must fit
+        inflight = getattr(est, "batching", "static") == "inflight"
+        if int(other.max_batch) >= 1 if inflight else bool(other.fits_in_memory):
             found.append(text)
         if len(found) == 2:
             break

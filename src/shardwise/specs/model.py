@@ -72,6 +72,11 @@ class Model:
     rmsnorm: bool = False  # RMSNorm (h params) instead of LayerNorm (2h params)
     dropout: bool = True  # attention and hidden dropout (GPT/Megatron yes, Llama no)
     head_dim: Number | None = None
+    # whether the model's Hugging Face config.json states its head size (`head_dim`, `head_size`
+    # or `attention_head_dim`): trtllm-bench sizes its engine with that key, else with hidden //
+    # heads (`engines.trtllm_buffers`). False for the latent-attention configs (DeepSeek-V2/V3,
+    # Kimi K2, Moonlight: qk_nope_head_dim and v_head_dim, no head_dim); True where the two agree anyway.
+    head_dim_in_config: bool = True
     # Mixture of experts (0 experts: a dense model). Every MoE layer routes each token to
     # `experts_per_token` of its `experts` routed experts (gated or plain MLPs of
     # `expert_ffn_hidden`, default ffn_hidden) and through `shared_experts` MLPs of that width that
@@ -170,7 +175,7 @@ class Model:
                 raise SpecError(f"{p}: {name} {theta!r} is not allowed; give a number >= 0 (0: unknown)")
             object.__setattr__(self, name, float(theta))
         flags = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout", "glu_clamp")
-        for flag in (*flags, "yarn_rope"):
+        for flag in (*flags, "yarn_rope", "head_dim_in_config"):
             value = getattr(self, flag)
             if not isinstance(value, (bool, np.bool_)):  # numpy's booleans are booleans too
                 raise SpecError(f"{p}: {flag} must be true or false, got {value!r}")
