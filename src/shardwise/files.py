@@ -1,14 +1,58 @@
 """Reading the small input files a user names (YAML specs, config.json, run tables): only regular
 files (a FIFO or a device would block or never end), at most a stated size, every OS problem one
-SpecError line naming the file."""
+SpecError line naming the file.
+
+While a command runs (`watching_inputs`, which the CLI opens around every command), each file read
+here is noted, and `atomic.check_writable` refuses to write over one of them: an `-o` that names
+the model's config.json, or the link file a system YAML names, must never replace it."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from shardwise.errors import SpecError
+
+
+# resolved path -> what was read from it (a "YAML spec", a "config.json"); None: nothing watched
+_INPUTS: contextvars.ContextVar[dict[Path, str] | None] = contextvars.ContextVar("shardwise_inputs", default=None)
+
+
+@contextlib.contextmanager
+def watching_inputs() -> Iterator[None]:
+    """Note every input file read inside the block, so that no output may replace one."""
+    token = _INPUTS.set({})
+    try:
+        yield
+    finally:
+        _INPUTS.reset(token)
+
+
+def resolved(name: str | Path) -> Path | None:
+    """The absolute path `name` leads to (links followed); None for a name the OS refuses."""
+    try:
+        return Path(name).resolve()
+    except (OSError, ValueError, RuntimeError):
+        return None
+
+
+def note_input(path: str | Path, what: str) -> None:
+    """Remember `path` as an input of the running command (nothing when none is watched)."""
+    seen = _INPUTS.get()
+    if seen is not None and (p := resolved(path)) is not None:
+        seen.setdefault(p, what)
+
+
+def input_read_from(path: str | Path) -> str | None:
+    """What the running command read from `path` (a "YAML spec"), or None if it read nothing there."""
+    seen = _INPUTS.get()
+    if not seen or (p := resolved(path)) is None:
+        return None
+    return seen.get(p)
 
 
 def is_file(name: str | Path) -> bool:
@@ -50,4 +94,5 @@ def read_small(path: str | Path, max_bytes: int, what: str) -> bytes:
         os.close(fd)
     if len(data) > max_bytes:
         raise SpecError(f"{p}: more than {max_bytes:,} bytes is too large for a {what}")
+    note_input(p, what)
     return data
