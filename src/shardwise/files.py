@@ -12,11 +12,10 @@ import contextlib
 import contextvars
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from shardwise.errors import SpecError
-
 
 # resolved path -> what was read from it (a "YAML spec", a "config.json"); None: nothing watched
 _INPUTS: contextvars.ContextVar[dict[Path, str] | None] = contextvars.ContextVar("shardwise_inputs", default=None)
@@ -96,3 +95,26 @@ def read_small(path: str | Path, max_bytes: int, what: str) -> bytes:
         raise SpecError(f"{p}: more than {max_bytes:,} bytes is too large for a {what}")
     note_input(p, what)
     return data
+
+
+def check_header(
+    names: Sequence[str], known: Sequence[str], where: str, see: str, hints: Mapping[str, str] | None = None
+) -> None:
+    """Refuse a table's header that names a column twice or a column not in `known`, naming the
+    closest known ones where they are close enough to be a typo (`hints`: a fix of its own for a
+    name; `see`: where the columns are listed)."""
+    import difflib
+
+    for n, name in enumerate(names):
+        if name in names[:n]:
+            raise SpecError(f"{where}: column {name!r} appears twice")
+        if name in known:
+            continue
+        # the closest names only, and only those close enough to be a typo (a one-letter `a` is
+        # not a misspelt `ga`)
+        close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.7)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        if "," not in name and any(sep in name for sep in ";\t"):
+            hint = "; columns are separated by commas"
+        hint = (hints or {}).get(name, hint)
+        raise SpecError(f"{where}: unknown column {name!r}{hint} ({see})")
