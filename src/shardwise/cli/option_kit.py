@@ -47,6 +47,18 @@ def non_empty(hint: str) -> Callable[[click.Context, click.Parameter, Any], Any]
     return check
 
 
+class FiniteRange(click.FloatRange):
+    """click's FloatRange, refusing NaN too (which compares False with both bounds and so got through)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        number = super(click.FloatRange, self).convert(value, param, ctx)  # a float, not yet clamped
+        if isinstance(number, float) and not math.isfinite(number):
+            self.fail(f"{value!r} is not allowed; give a finite number {self._describe_range()}", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 NAME_OR_FILE = "give a preset name or a YAML file"
 LINK_NAME = "give a preset name, a YAML file or a rate like 600GB/s"
 
