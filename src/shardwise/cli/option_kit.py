@@ -59,6 +59,15 @@ class FiniteRange(click.FloatRange):
         return super().convert(value, param, ctx)
 
 
+def model_name(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """--model's callback: an empty name refused; a directory holding a config.json (a Hugging Face
+    snapshot) read as that file."""
+    from shardwise.presets import model_path
+
+    value = non_empty(NAME_OR_FILE)(ctx, param, value)
+    return model_path(value) if isinstance(value, str) else value
+
+
 NAME_OR_FILE = "give a preset name or a YAML file"
 LINK_NAME = "give a preset name, a YAML file or a rate like 600GB/s"
 

@@ -13,6 +13,7 @@ from shardwise.cli.option_kit import (  # noqa: F401
     LINK_NAME,
     NAME_OR_FILE,
     alias_option,
+    model_name,
     non_empty,
 )
 from shardwise.cli.option_kit import stack_options as _stack
@@ -38,7 +39,7 @@ model_options = _stack(
         "--model",
         "model_name",
         metavar="NAME|FILE",
-        callback=non_empty(NAME_OR_FILE),
+        callback=model_name,
         help="Model preset (see `shardwise presets models`), a YAML file, or a Hugging Face config.json.",
     ),
     click.option("--layers", type=int, help="Transformer layers (overrides the preset)."),
