@@ -101,6 +101,9 @@ def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
             return _own_name(kind, name, str(key)), fields
         named = data.get("name")  # the file's own name for it (name: 4090 too), else the file's
         named = str(named).strip() if isinstance(named, (str, int, float)) and not isinstance(named, bool) else ""
+        from shardwise.presets.file_fields import checked_file_fields
+
+        data = checked_file_fields(kind, data, name)  # nested files near it; quantities with units
         return _own_name(kind, name, named or Path(name).stem, from_file_name=not named), data
     table = raw(kind)
     key = name.strip().lower()
