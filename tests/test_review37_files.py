@@ -237,3 +237,15 @@ def test_figure_and_stdout_outputs_are_checked_alike(cli, tmp_path, monkeypatch,
     line = _one_error(*cli(args)[::2])
     assert expected in line, line
     assert not list(tmp_path.iterdir())
+
+
+def test_outputs_that_would_be_ignored_are_refused(cli, tmp_path, monkeypatch):
+    """Finding 23's file items: `calibrate --suggest N -o x.yaml` with no runs wrote nothing, silently;
+    `serve --plot-link` without --plot drew nothing."""
+    monkeypatch.chdir(tmp_path)
+    job = ["--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "4", "--global-batch", "64"]
+    line = _one_error(*cli(["calibrate", "--suggest", "2", *job, "-o", "x.yaml"])[::2])
+    assert line == "error: -o x.yaml: --suggest without RUNS fits nothing to write; give RUNS, or drop -o"
+    line = _one_error(*cli([*SERVE, "--plot-link", "PCIe=pcie5"])[::2])
+    assert "--plot-link is the second link of the --plot figure" in line, line
+    assert not list(tmp_path.iterdir())
