@@ -53,8 +53,8 @@ class FiniteRange(click.FloatRange):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         import math
 
-        number = super(click.FloatRange, self).convert(value, param, ctx)  # a float, not yet clamped
-        if isinstance(number, float) and not math.isfinite(number):
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
             self.fail(f"{value!r} is not allowed; give a finite number {self._describe_range()}", param, ctx)
         return super().convert(value, param, ctx)
 
