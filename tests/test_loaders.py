@@ -243,8 +243,8 @@ def test_yaml_files(tmp_path):
             "--gpu",
             "matmul_efficiency: 1.5 is not allowed; it must be in (0, 1]",
         ),
-        (
-            "peak_16bit: 312TFLOPS\nmemory: 80GB\nmemory_bandwidth: 2TB/s\nkernel_launch: 18446744073709551616s\n",  # with its unit: a bare one is refused first
+        (  # with its unit: a bare number is refused before its range
+            "peak_16bit: 312TFLOPS\nmemory: 80GB\nmemory_bandwidth: 2TB/s\nkernel_launch: 18446744073709551616s\n",
             "--gpu",
             "kernel_launch_s: 1.8446744073709552e+19 is not allowed; it must be between 0 and 1 s",
         ),

@@ -14,6 +14,7 @@ MIX_NAMES = ("fixed", "sharegpt")
 MAX_CSV_BYTES = 64 * 1024 * 1024
 # a count column makes the rows a histogram (each row's weight); any of these names
 WEIGHT_COLUMNS = ("count", "weight", "requests")
+COLUMNS_TEXT = "the columns: input_len, output_len, and count, weight or requests for a histogram"
 
 
 def request_mix(lengths: str) -> Any:
@@ -46,7 +47,7 @@ def read_lengths_csv(path: str) -> Any:
         raise SpecError(f"--lengths {exc}") from None
     reader = csv.reader(io.StringIO(text))
     header = [h.strip().lower() for h in next(reader, [])]
-    check_header(header, ("input_len", "output_len", *WEIGHT_COLUMNS), f"--lengths {path}", "docs/commands/serve.md")
+    check_header(header, ("input_len", "output_len", *WEIGHT_COLUMNS), f"--lengths {path}", COLUMNS_TEXT)
     weights_given = [c for c in WEIGHT_COLUMNS if c in header]
     if len(weights_given) > 1:
         raise SpecError(f"--lengths {path}: give one of the columns {' or '.join(weights_given)}, not both")
