@@ -243,8 +243,8 @@ def test_yaml_files(tmp_path):
             "--gpu",
             "matmul_efficiency: 1.5 is not allowed; it must be in (0, 1]",
         ),
-        (
-            "peak_16bit: 312TFLOPS\nmemory: 80GB\nmemory_bandwidth: 2TB/s\nkernel_launch: 18446744073709551616\n",
+        (  # with its unit: a bare number is refused before its range
+            "peak_16bit: 312TFLOPS\nmemory: 80GB\nmemory_bandwidth: 2TB/s\nkernel_launch: 18446744073709551616s\n",
             "--gpu",
             "kernel_launch_s: 1.8446744073709552e+19 is not allowed; it must be between 0 and 1 s",
         ),
@@ -288,7 +288,7 @@ def test_a_framework_file_with_the_right_fields_is_used(tmp_path, cli):
 
 def test_a_link_file_with_an_absurd_base_latency_names_the_flag_and_the_field(tmp_path, cli):
     path = tmp_path / "link.yaml"
-    path.write_text("bandwidth: 300GB/s\nlatency: 1us\nbase_latency: 18446744073709551616\n")
+    path.write_text("bandwidth: 300GB/s\nlatency: 1us\nbase_latency: 18446744073709551616s\n")
     args = ["predict", "--model", "llama3-8b", "--system", "dgx-a100", "--tp", "8", "--global-batch", "8"]
     code, out, err = cli([*args, "--intra-link", str(path)])
     assert code == 2 and out == "" and err.count("\n") == 1, err

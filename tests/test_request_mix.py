@@ -247,7 +247,7 @@ def test_a_bad_csv_row_is_named(cli, tmp_path):
     assert code == 2 and "line 3: output_len 'x'" in err
     table.write_text("prompt,output\n100,50\n")
     code, _out, err = cli([*SERVE, "--lengths", str(table)])
-    assert code == 2 and "no input_len column" in err
+    assert code == 2 and "unknown column 'prompt' (the columns: input_len, output_len, and count" in err, err
 
 
 def test_a_table_with_requests_longer_than_the_context_is_noted(cli, tmp_path):

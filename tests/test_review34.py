@@ -99,7 +99,9 @@ def test_plans_nothing_fits_line_names_the_capacity_less_the_headroom_and_what_f
     code, _, err = cli([*args, "-o", str(path)])
     rows = list(csv.DictReader(path.open()))
     fit = sum(r["fits_in_memory"] == "true" for r in rows)
-    assert code == 2 and fit > 0 and not any(r["fits_with_headroom"] == "true" for r in rows), err
+    assert (
+        code == 0 and err.startswith("note: ") and fit > 0 and not any(r["fits_with_headroom"] == "true" for r in rows)
+    ), err
     assert "fits in 71.20 GiB per GPU, the 79.11 GiB" in err and "less the --memory-headroom of 7.91 GiB" in err
     assert re.search(rf"; {fit} fits? without the headroom", err), err
     code, _, err = cli(["plan", "--model", "llama3-405b", "--system", "dgx-h100", "--global-batch", "16",

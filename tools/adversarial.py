@@ -700,6 +700,40 @@ def file_cases() -> list[Case]:
         files: dict[str, bytes | str] = {"adir": "<dir>"}
         out.append(Case("cli", "sensitivity --plot-prefix", argv, files=files, expect=expect, outputs=outputs))
     out.append(Case("cli", "crossover --csv -", ["crossover", "--no-plot", "--csv", "-"], expect=V))
+    return out + input_as_output_cases()
+
+
+HF_CONFIG = (
+    '{"model_type": "llama", "hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 8, '
+    '"num_hidden_layers": 4, "vocab_size": 32000, "max_position_embeddings": 2048}'
+)
+LINK_YAML = "name: mylink\nbandwidth: 600GB/s\n"
+SYSTEM_YAML = "name: mysys\ngpu: h100-sxm5-80gb\ngpus_per_node: 8\nintra_node_link: l.csv\n"  # read from sub/
+
+
+def input_as_output_cases() -> list[Case]:
+    """Review 37: an output that names an input (or a file an input names) is refused before any
+    work, and the input survives byte for byte (`sentinels` compares with the file's content)."""
+    files: dict[str, bytes | str] = {"m.json": HF_CONFIG, "sub/l.csv": LINK_YAML, "sub/s.yaml": SYSTEM_YAML}
+    model = ["--model", "{tmp}/m.json"]
+    cases = [
+        (["crossover", "--no-plot", *model, "-o", "{tmp}/m.json"], "m.json", "-o"),
+        (["sensitivity", "--no-plot", *model, "--layers-values", "8,16", "-o", "{tmp}/m.json"], "m.json", "-o"),
+        (["sweep", *model, "--vary", "batch=1,8", "-o", "{tmp}/m.json"], "m.json", "-o"),
+        (["crossover", "--no-plot", *model, "-o", "{tmp}/sub/s.yaml"], "sub/s.yaml", "-o"),
+        (["timeline", *TIMELINE[1:-1], "--plot", "{tmp}/o.png", "--trace", "{tmp}/o.png"], "", "--trace"),
+        # a file an input names (the system's link file): guarded when written, after the work
+        (
+            ["plan", *model, "--system", "{tmp}/sub/s.yaml", "--global-batch", "8", "-o", "{tmp}/sub/l.csv"],
+            "sub/l.csv",
+            "-o",
+        ),
+    ]
+    out = []
+    for argv, kept, flag in cases:
+        sentinels = (kept,) if kept else ()
+        group = f"{argv[0]} output names an input"
+        out.append(Case("cli", group, argv, files=dict(files), expect=I, flag=flag, sentinels=sentinels))
     return out
 
 
@@ -1149,6 +1183,7 @@ def _materialise(case: Case, tmp: str) -> None:
         elif content == "<fifo>":
             os.mkfifo(path)
         else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)  # "sub/l.yaml": its folder too
             with open(path, "wb") as fh:
                 fh.write(content if isinstance(content, bytes) else content.encode())
 
@@ -1211,9 +1246,11 @@ def _file_report(case: Case, tmp: str) -> dict[str, Any]:
             rep["missing"].append(name)
     for name in case.sentinels:
         p = os.path.join(tmp, name)
+        given = case.files.get(name, b"SENTINEL")  # a pre-made input: its own content
+        expected = given.encode() if isinstance(given, str) else given
         try:
             with open(p, "rb") as fh:
-                if fh.read() != b"SENTINEL":
+                if fh.read() != expected:
                     rep["damaged"].append(name)
         except OSError:
             rep["damaged"].append(name)

@@ -8,7 +8,8 @@ system's /dev/null with a regular file). A symlink is followed only to a regular
 yet there) in the link's own directory or below it: its target is replaced and the link kept; a
 link that points elsewhere is refused, so that a planted link cannot redirect a write. A path that
 cannot be written is one `SpecError` line naming it, raised before any work when `check_writable`
-is called first.
+is called first. A file the running command read as an input (`files.watching_inputs`) is never
+written over.
 """
 
 from __future__ import annotations
@@ -68,7 +69,11 @@ def _check_link(p: Path) -> None:
 
 
 def _check_writable(p: Path) -> Path:
+    from shardwise.files import input_read_from
+
     parent = p.parent if str(p.parent) else Path(".")
+    if what := input_read_from(p):
+        raise SpecError(f"{p}: that is an input (the {what} this command read); writing there would destroy it")
     if p.is_symlink():
         _check_link(p)
     elif p.exists() and (what := _kind(p.stat().st_mode)):

@@ -1,14 +1,57 @@
 """Reading the small input files a user names (YAML specs, config.json, run tables): only regular
 files (a FIFO or a device would block or never end), at most a stated size, every OS problem one
-SpecError line naming the file."""
+SpecError line naming the file.
+
+While a command runs (`watching_inputs`, which the CLI opens around every command), each file read
+here is noted, and `atomic.check_writable` refuses to write over one of them: an `-o` that names
+the model's config.json, or the link file a system YAML names, must never replace it."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import stat
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from shardwise.errors import SpecError
+
+# resolved path -> what was read from it (a "YAML spec", a "config.json"); None: nothing watched
+_INPUTS: contextvars.ContextVar[dict[Path, str] | None] = contextvars.ContextVar("shardwise_inputs", default=None)
+
+
+@contextlib.contextmanager
+def watching_inputs() -> Iterator[None]:
+    """Note every input file read inside the block, so that no output may replace one."""
+    token = _INPUTS.set({})
+    try:
+        yield
+    finally:
+        _INPUTS.reset(token)
+
+
+def resolved(name: str | Path) -> Path | None:
+    """The absolute path `name` leads to (links followed); None for a name the OS refuses."""
+    try:
+        return Path(name).resolve()
+    except (OSError, ValueError, RuntimeError):
+        return None
+
+
+def note_input(path: str | Path, what: str) -> None:
+    """Remember `path` as an input of the running command (nothing when none is watched)."""
+    seen = _INPUTS.get()
+    if seen is not None and (p := resolved(path)) is not None:
+        seen.setdefault(p, what)
+
+
+def input_read_from(path: str | Path) -> str | None:
+    """What the running command read from `path` (a "YAML spec"), or None if it read nothing there."""
+    seen = _INPUTS.get()
+    if not seen or (p := resolved(path)) is None:
+        return None
+    return seen.get(p)
 
 
 def is_file(name: str | Path) -> bool:
@@ -50,4 +93,28 @@ def read_small(path: str | Path, max_bytes: int, what: str) -> bytes:
         os.close(fd)
     if len(data) > max_bytes:
         raise SpecError(f"{p}: more than {max_bytes:,} bytes is too large for a {what}")
+    note_input(p, what)
     return data
+
+
+def check_header(
+    names: Sequence[str], known: Sequence[str], where: str, see: str, hints: Mapping[str, str] | None = None
+) -> None:
+    """Refuse a table's header that names a column twice or a column not in `known`, naming the
+    closest known ones where they are close enough to be a typo (`hints`: a fix of its own for a
+    name; `see`: where the columns are listed)."""
+    import difflib
+
+    for n, name in enumerate(names):
+        if name in names[:n]:
+            raise SpecError(f"{where}: column {name!r} appears twice")
+        if name in known:
+            continue
+        # the closest names only, and only those close enough to be a typo (a one-letter `a` is
+        # not a misspelt `ga`)
+        close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.7)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        if "," not in name and any(sep in name for sep in ";\t"):
+            hint = "; columns are separated by commas"
+        hint = (hints or {}).get(name, hint)
+        raise SpecError(f"{where}: unknown column {name!r}{hint} ({see})")

@@ -82,7 +82,7 @@ def read(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     raw = files.read_small(p, MAX_CONFIG_BYTES, "config.json")
     try:
-        cfg = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
+        cfg = json.loads(raw.decode("utf-8-sig"), object_pairs_hook=_no_duplicates)  # a BOM, as CSV and YAML
     except UnicodeDecodeError as exc:
         raise SpecError(f"{p}: byte {exc.start} is not UTF-8") from None
     except json.JSONDecodeError as exc:

@@ -194,14 +194,28 @@ def gemm_table_from_list(name: str, rows: Any, gpu: Gpu) -> GemmTable:
         try:
             for key in ("m", "n", "k"):
                 table[key].append(float(whole(row[key])))
-            table["relative_rate"].append(units.parse_flops_per_s(row["rate"]) / sustained)
+            rate = units.parse_flops_per_s(row["rate"])
+            if not rate <= gpu.peak_flops_per_s_16bit:  # a measured rate above the peak: a wrong unit
+                raise ValueError(
+                    f"rate {row['rate']} is above the GPU's 16-bit peak, "
+                    f"{units.format_flops(gpu.peak_flops_per_s_16bit)}; no GEMM runs faster (check the unit)"
+                )
+            table["relative_rate"].append(rate / sustained)
         except (TypeError, ValueError, OverflowError) as exc:
             raise SpecError(f"{where}[{i}]: {exc}") from None
     return GemmTable(**{k: tuple(v) for k, v in table.items()})
 
 
+# what a link's `kind:` may say (informational: the presets table shows it; links.yaml uses each)
+LINK_KINDS = ("nvlink", "xgmi", "pcie", "network")
+
+
 def link_from_dict(name: str, data: Mapping[str, Any]) -> Link:
     _require("link", name, data, ("bandwidth",))
+    if "kind" in data and data["kind"] not in LINK_KINDS:
+        raise SpecError(
+            f"link {name!r}: kind: {_short(data['kind'])} is not allowed; choose one of {', '.join(LINK_KINDS)}"
+        )
     return Link(name=name, **_convert("link", name, data, _LINK_FIELDS))
 
 

@@ -181,18 +181,17 @@ def _framework_near(row: dict[str, str], folder: str | Path | None) -> dict[str,
 def check_columns(names: list[str], where: str) -> None:
     """Refuse a column that is neither read nor informational, naming the closest known one
     (columns starting with `_` are a log reader's own)."""
-    import difflib
+    from shardwise.files import check_header
 
-    known = (*READ, *INFORMATIONAL, *ALIASES)
-    for name in names:
-        if name in known or name.startswith("_"):
-            continue
-        # the closest names only, and only those close enough to be a typo (a one-letter `a` is
-        # not a misspelt `ga`); the whole list is in docs/calibration.md
-        close = difflib.get_close_matches(name, known, n=3, cutoff=0.7)
-        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        hint = "; give num_gpus, the GPUs in all (servers x GPUs per server)" if name in GPU_COUNT else hint
-        raise SpecError(f"{where}: unknown column {name!r}{hint} (the columns: docs/calibration.md)")
+    gpus = "; give num_gpus, the GPUs in all (servers x GPUs per server)"
+    ours = [n for n in names if not n.startswith("_")]
+    check_header(
+        ours,
+        (*READ, *INFORMATIONAL, *ALIASES),
+        where,
+        "the columns: docs/calibration.md",
+        dict.fromkeys(GPU_COUNT, gpus),
+    )
 
 
 def check_distinct(runs: list[Run]) -> None:

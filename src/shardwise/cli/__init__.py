@@ -72,8 +72,11 @@ class LazyGroup(click.Group):
     """A click group that imports a subcommand's module only when that subcommand runs."""
 
     def invoke(self, ctx: click.Context) -> object:
+        from shardwise.files import watching_inputs
+
         try:
-            return super().invoke(ctx)
+            with watching_inputs():  # no output may replace a file the command read (atomic.py)
+                return super().invoke(ctx)
         except BrokenPipeError:
             raise PipeClosed from None
 

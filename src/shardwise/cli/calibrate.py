@@ -124,6 +124,8 @@ def calibrate(
     if not runs:
         if suggest is None:
             raise SpecError("calibrate: give RUNS.csv (or trainer logs), or --suggest N with a job")
+        if click.get_current_context().get_parameter_source("output") is not ParameterSource.DEFAULT:
+            raise SpecError(f"-o {output}: --suggest without RUNS fits nothing to write; give RUNS, or drop -o")
         from shardwise.cli.calibrate_suggest import run_suggest
         from shardwise.cli.options import load_calibration
 
@@ -147,6 +149,9 @@ def calibrate(
             raise SpecError(f"-o {output}: that is an input; writing the calibration there would destroy it")
     if Path(output).suffix.lower() not in (".yaml", ".yml"):
         raise SpecError(f"-o {output}: a calibration is a YAML file; give a name ending in .yaml")
+    from shardwise.cli.options import refuse_given_elsewhere
+
+    refuse_given_elsewhere(output, "-o")  # a --framework or --calibration file given beside the runs
     check_writable(output)
     from shardwise.requests.calibrate import CalibrateRequest
 

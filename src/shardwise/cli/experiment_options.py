@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from shardwise.cli.options import LINK_NAME, NAME_OR_FILE, _stack, alias_option, cluster_options, non_empty
+from shardwise.cli.options import LINK_NAME, NAME_OR_FILE, _stack, alias_option, cluster_options, model_name, non_empty
 from shardwise.precisions import TRAINING_PRECISIONS
 from shardwise.requests.fields import EXPERIMENT_FIELDS, default
 
@@ -50,7 +50,7 @@ experiment_options = _stack(
         metavar="NAME|FILE",
         default=_d("model"),
         show_default=True,
-        callback=non_empty(NAME_OR_FILE),
+        callback=model_name,
         help="Model preset or YAML file.",
     ),
     click.option("--layers", type=int, help="Override the model's layers."),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from shardwise.cli.option_kit import FiniteRange
+
 INSTALL_HINT = "shardwise explore needs Dash: pip install -e '.[explore]' in the repository (or 'shardwise[explore]')"
 
 
@@ -21,7 +23,7 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 @click.option(
     "--time-limit",
     "time_limit_s",
-    type=click.FloatRange(0, 3600, min_open=True),
+    type=FiniteRange(0, 3600, min_open=True),
     default=20.0,
     show_default=True,
     metavar="SECONDS",

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from shardwise.cli.option_kit import FiniteRange
 from shardwise.cli.options import alias_option
 from shardwise.errors import SpecError
 from shardwise.requests.measure import KINDS
@@ -36,7 +37,7 @@ def _common(f: Any) -> Any:
             click.option(
                 "--timeout",
                 "timeout_s",
-                type=click.FloatRange(1, 86400),
+                type=FiniteRange(1, 86400),
                 default=600,
                 show_default=True,
                 help="Seconds before a hung run is ended (every rank).",
@@ -232,12 +233,13 @@ def _step_request(kind: str, o: dict[str, Any]) -> Any:
 
 def run_step(kind: str, **o: Any) -> None:
     from shardwise.cli.options import check_output_path
-    from shardwise.measure.records import append_csv
+    from shardwise.measure.records import append_csv, existing_ids
 
     _settle(o)
     request = _step_request(kind, o)
     if o["out"]:
         check_output_path(o["out"], (".csv",), "-o")
+        existing_ids(o["out"])  # measure's own columns, UTF-8: checked before minutes of measuring
         if not o["system"]:
             raise SpecError(
                 "-o needs --system (the machine's preset, from `shardwise measure micro`): "

@@ -47,6 +47,27 @@ def non_empty(hint: str) -> Callable[[click.Context, click.Parameter, Any], Any]
     return check
 
 
+class FiniteRange(click.FloatRange):
+    """click's FloatRange, refusing NaN too (which compares False with both bounds and so got through)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not allowed; give a finite number {self._describe_range()}", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def model_name(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """--model's callback: an empty name refused; a directory holding a config.json (a Hugging Face
+    snapshot) read as that file."""
+    from shardwise.presets import model_path
+
+    value = non_empty(NAME_OR_FILE)(ctx, param, value)
+    return model_path(value) if isinstance(value, str) else value
+
+
 NAME_OR_FILE = "give a preset name or a YAML file"
 LINK_NAME = "give a preset name, a YAML file or a rate like 600GB/s"
 

@@ -13,6 +13,7 @@ from shardwise.cli.option_kit import (  # noqa: F401
     LINK_NAME,
     NAME_OR_FILE,
     alias_option,
+    model_name,
     non_empty,
 )
 from shardwise.cli.option_kit import stack_options as _stack
@@ -38,7 +39,7 @@ model_options = _stack(
         "--model",
         "model_name",
         metavar="NAME|FILE",
-        callback=non_empty(NAME_OR_FILE),
+        callback=model_name,
         help="Model preset (see `shardwise presets models`), a YAML file, or a Hugging Face config.json.",
     ),
     click.option("--layers", type=int, help="Transformer layers (overrides the preset)."),
@@ -211,9 +212,37 @@ def check_output_path(path: str, allowed: tuple[str, ...], flag: str = "") -> No
         raise SpecError(f"{where}: the format is told by the extension; give a name ending in {' or '.join(allowed)}")
     if p.suffix.lower() not in allowed:
         raise SpecError(f"{where}: unknown file format {p.suffix!r}; use one of {', '.join(allowed)}")
+    refuse_given_elsewhere(path, flag)
     check_writable(p)
     if p.suffix.lower() == ".parquet":
         try:
             import pyarrow  # noqa: F401
         except ImportError:
             raise SpecError(f"{flag} .parquet needs pyarrow: pip install 'shardwise[parquet]'") from None
+
+
+def refuse_given_elsewhere(path: str, flag: str) -> None:
+    """Before any work: refuse an output `path` (given to `flag`) that another option of the running
+    command also names -- an input (`--model m.json -o m.json` would destroy the config) or a second
+    output (`-o a.png --plot a.png`: one would replace the other). The files an input names in turn
+    (a system YAML's link file) are guarded when written (`files.watching_inputs`)."""
+    from shardwise.errors import SpecError
+    from shardwise.files import resolved
+
+    ctx = click.get_current_context(silent=True)
+    target = resolved(path)
+    if ctx is None or target is None:
+        return
+    where = f"{flag} {path}" if flag else path
+    own = {p.name for p in ctx.command.params if flag and (flag in p.opts or flag in p.secondary_opts)}
+    for param in ctx.command.params:
+        if param.name in own:
+            continue
+        value = ctx.params.get(param.name)
+        for v in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(v, str) and v not in ("", "-") and resolved(v) == target:
+                other = max(param.opts, key=len) if isinstance(param, click.Option) else param.human_readable_name
+                raise SpecError(
+                    f"{where}: {other} names that file too; writing there would destroy it "
+                    "(give the output its own name)"
+                )

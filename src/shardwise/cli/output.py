@@ -24,8 +24,9 @@ def output_option(allowed: tuple[str, ...], what: str, old: tuple[str, ...] = ()
     )
 
 
-def check(path: str | None, allowed: tuple[str, ...], stdout: bool = True) -> None:
-    """Fail before any work if `path` cannot be written (`-`: stdout, where allowed)."""
+def check(path: str | None, allowed: tuple[str, ...], stdout: bool = True, json_flag: bool = False) -> None:
+    """Fail before any work if `path` cannot be written (`-`: stdout, where allowed); `json_flag`:
+    --json was given, which prints too, so `-o -` beside it is refused (as plan and crossover do)."""
     from shardwise.cli.options import check_output_path
     from shardwise.errors import SpecError
 
@@ -34,6 +35,8 @@ def check(path: str | None, allowed: tuple[str, ...], stdout: bool = True) -> No
     if path == STDOUT:
         if not stdout:
             raise SpecError(f"-o -: this command writes a file; give a name ending in {' or '.join(allowed)}")
+        if json_flag:
+            raise SpecError("give --json or -o -, not both (both print)")
         return
     check_output_path(path, allowed, "-o")
 

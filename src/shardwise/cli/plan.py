@@ -84,11 +84,15 @@ def plan(
     try:
         outcome = request.run()
     except NothingFits as exc:  # -o holds every evaluated plan, fitting or not: these too
-        if csv_path is None:
-            raise
+        # exit 0 only when every output asked for was made; otherwise exit 2 and no file changed
+        others = [f for f, given in (("--plot", heatmap_path), ("--json", as_json), ("--emit", emit)) if given]
+        if csv_path is None or others:
+            kept = f"; {csv_path} not written (no plan for {' or '.join(others)})" if csv_path else ""
+            raise SpecError(f"{exc}{kept}") from None
         _write_rows(exc.outcome, csv_path, rows_out)
         where = "on stdout" if rows_out else f"written to {csv_path}"
-        raise SpecError(f"{exc}; all {exc.outcome.search.evaluated:,} evaluated plans {where}") from None
+        click.echo(f"note: {exc}; all {exc.outcome.search.evaluated:,} evaluated plans {where}", err=True)
+        return
     echo_notes(outcome.notes)
     result, figure = outcome.search, None
     if heatmap_path is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from shardwise.cli.option_kit import NAME_OR_FILE, F, non_empty, stack_options
+from shardwise.cli.option_kit import NAME_OR_FILE, F, FiniteRange, non_empty, stack_options
 from shardwise.precisions import FP8_RECIPES, TRAINING_PRECISIONS
 from shardwise.requests.fields import SELECTIVE_POLICIES
 
@@ -86,7 +86,7 @@ offload_activations_option = click.option(
 # the optimizer state on the host CPU (`physics.offload.optimizer_host_s`), on predict and plan
 offload_optimizer_option = click.option(
     "--offload-optimizer",
-    type=click.FloatRange(0.0, 1.0),
+    type=FiniteRange(0.0, 1.0),
     default=0.0,
     show_default=True,
     metavar="SHARE",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from shardwise.cli.options import alias_option
+from shardwise.cli.options import alias_option, non_empty
 from shardwise.cli.output import STDOUT, output_option
 
 NAMES = [
@@ -26,6 +26,7 @@ NAMES = [
     "out_dir",
     old=("--out-dir",),
     metavar="DIR",
+    callback=non_empty("give a directory (. for this one), or --no-plot"),
     help="Where figures NAME.png go [default: ., none with --json or -o - unless given].",
 )
 @click.option("--no-plot", is_flag=True, help="Print the findings only.")
@@ -52,8 +53,8 @@ def scenario(
     from shardwise.cli import output
     from shardwise.errors import SpecError
 
+    output.check(output_path, (".json",), json_flag=as_json)
     as_json = as_json or output_path == STDOUT
-    output.check(output_path, (".json",))
     names = tuple(n.lower() for n in names)
     chosen = NAMES if not names or "all" in names else list(dict.fromkeys(names))
     # the JSON is the output: figures beside it only when asked for by name (as crossover)

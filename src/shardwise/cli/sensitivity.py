@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from shardwise.cli.experiment_options import experiment_options
-from shardwise.cli.options import alias_option
+from shardwise.cli.options import alias_option, non_empty
 from shardwise.cli.output import STDOUT, output_option
 from shardwise.requests.sensitivity import DEFAULTS
 
@@ -52,6 +52,7 @@ PARTS = ("layers", "hidden", "tornado")
     "plot_prefix",
     old=("--plot-prefix",),
     metavar="FILE",
+    callback=non_empty("give a file name ending in .png, .svg or .pdf, or --no-plot"),
     help="Figures: FILE's name with -layers, -hidden and -tornado added (sensitivity-layers.png, ...); .png, "
     ".svg or .pdf (a name without one: .png) [default: sensitivity.png, none with --json or -o - unless given].",
 )
@@ -76,8 +77,8 @@ def sensitivity(
     from shardwise.requests.compare import ExperimentRequest
     from shardwise.requests.sensitivity import SensitivityRequest
 
+    output.check(output_path, OUTPUT_FORMATS, json_flag=as_json)
     as_json = as_json or output_path == STDOUT
-    output.check(output_path, OUTPUT_FORMATS)
     # the JSON is the output: figures beside it only when asked for by name (as crossover)
     plot = not no_plot and (plot_prefix is not None or not as_json)
     figure_names = figure_paths(plot_prefix or "sensitivity.png")
@@ -116,7 +117,14 @@ def figure_paths(plot: str) -> list[str]:
     before its extension (a name without a figure extension, as --plot-prefix gave: .png)."""
     from pathlib import Path
 
+    from shardwise.errors import SpecError
+
     p = Path(plot)
+    if p.suffix and p.suffix.lower() not in FIGURE_FORMATS:
+        raise SpecError(
+            f"--plot {plot}: unknown figure format {p.suffix!r}; use one of {', '.join(FIGURE_FORMATS)} "
+            "(a name without an extension: .png)"
+        )
     stem, suffix = (str(p.with_suffix("")), p.suffix) if p.suffix.lower() in FIGURE_FORMATS else (plot, ".png")
     return [f"{stem}-{part}{suffix}" for part in PARTS]
 

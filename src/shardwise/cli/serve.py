@@ -217,6 +217,11 @@ def serve(
         from shardwise.cli.options import check_output_path
 
         check_output_path(frontier_path, (".png", ".svg", ".pdf"), "--plot")
+    given = click.get_current_context().get_parameter_source("frontier_link")
+    if frontier_path is None and not options.get("with_frontier") and given is click.core.ParameterSource.COMMANDLINE:
+        from shardwise.errors import SpecError
+
+        raise SpecError("--plot-link is the second link of the --plot figure; add --plot FILE, or drop --plot-link")
     second = parse_link_spec(frontier_link, "--plot-link")
     if options.get("with_frontier") and not as_json:
         from shardwise.errors import SpecError

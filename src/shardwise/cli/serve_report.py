@@ -218,11 +218,10 @@ def _lengths_text(workload: Any, rows: list[tuple[str, Any]], mix: Any) -> str:
     """The requests' lengths: fixed, or the mix with its means and source."""
     if mix is None:
         return f"{workload.input_len} prompt + {workload.output_len} new tokens per request"
-    est = rows[0][1]
-    return (
-        f"request lengths {mix.name} (mean {est.mean_input_len:,.0f} prompt + {est.mean_output_len:,.0f} new tokens; "
-        f"{mix.source})"
-    )
+    from shardwise.requests.serve_result import mix_means
+
+    mean_in, mean_out = mix_means(mix, rows[0][1])
+    return f"request lengths {mix.name} (mean {mean_in:,.0f} prompt + {mean_out:,.0f} new tokens; {mix.source})"
 
 
 def _time(seconds: Any) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from shardwise.cli.options import cluster_options, model_options, plan_options
+from shardwise.cli.options import cluster_options, model_options, non_empty, plan_options
 
 COMPACT_JSON_OPERATIONS = 50_000  # more operations than this: --json on one line
 
@@ -19,6 +19,7 @@ COMPACT_JSON_OPERATIONS = 50_000  # more operations than this: --json on one lin
     "--plot",
     "plot_path",
     metavar="FILE",
+    callback=non_empty("give a file name ending in .png, .svg or .pdf, or --no-plot"),
     help="Gantt chart to write (.png, .svg or .pdf) [default: timeline.png, none with --json unless given].",
 )
 @click.option("--no-plot", is_flag=True, help="Do not draw the Gantt chart.")

@@ -101,23 +101,45 @@ def _how(kind: str, o: dict[str, Any]) -> str:
     return "synchronous all-reduces"
 
 
-def append_csv(path: str, row: dict[str, Any]) -> None:
+# the columns of csv_row, in order: an existing -o file must have these (tests check csv_row's keys)
+COLUMNS = (
+    "id", "model", "system", "num_gpus", "tp", "pp", "dp", "global_batch", "micro_batch", "layers", "seq_len",
+    "vpp", "precision", "sequence_parallel", "scope", "micro_batches", "step_time_s", "source",
+)  # fmt: skip
+
+
+def existing_ids(path: str) -> set[str]:
+    """The ids of the runs already in measure's CSV `path` (none for a new or empty file), checked
+    before anything is measured: a file of other columns, or not UTF-8, is one line naming -o."""
     import csv
 
     from shardwise.atomic import check_writable
 
     p = check_writable(path)  # a regular file (or a new one), never a device or a FIFO
-    new = not p.exists() or p.stat().st_size == 0
-    if not new:
-        with p.open(encoding="utf-8") as f:
+    if not p.exists() or p.stat().st_size == 0:
+        return set()
+    try:
+        with p.open(encoding="utf-8", newline="") as f:
             header = next(csv.reader(f), [])
             ids = {r[0] for r in csv.reader(f) if r}
-        if header != list(row):
-            raise SpecError(f"--out {path}: its columns are not measure's; give a new file")
-        base, n = row["id"], 2
-        while row["id"] in ids:  # the same configuration measured again: its own id
-            row["id"], n = f"{base}-run{n}", n + 1
-    with p.open("a", encoding="utf-8", newline="") as f:
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"-o {path}: byte {exc.start} is not UTF-8; it is not measure's CSV, give a new file") from None
+    except (OSError, csv.Error) as exc:
+        raise SpecError(f"-o {path}: cannot read it as measure's CSV ({exc}); give a new file") from None
+    if header != list(COLUMNS):
+        raise SpecError(f"-o {path}: its columns are not measure's; give a new file")
+    return ids
+
+
+def append_csv(path: str, row: dict[str, Any]) -> None:
+    import csv
+
+    ids = existing_ids(path)
+    new = not Path(path).exists() or Path(path).stat().st_size == 0
+    base, n = row["id"], 2
+    while row["id"] in ids:  # the same configuration measured again: its own id
+        row["id"], n = f"{base}-run{n}", n + 1
+    with open(path, "a", encoding="utf-8", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(row))
         if new:
             w.writeheader()

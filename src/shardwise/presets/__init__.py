@@ -101,6 +101,9 @@ def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
             return _own_name(kind, name, str(key)), fields
         named = data.get("name")  # the file's own name for it (name: 4090 too), else the file's
         named = str(named).strip() if isinstance(named, (str, int, float)) and not isinstance(named, bool) else ""
+        from shardwise.presets.file_fields import checked_file_fields
+
+        data = checked_file_fields(kind, data, name)  # nested files near it; quantities with units
         return _own_name(kind, name, named or Path(name).stem, from_file_name=not named), data
     table = raw(kind)
     key = name.strip().lower()
@@ -109,9 +112,6 @@ def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
         return key, table[key]
     if name.strip() and files.is_dir(name):  # '/tmp' was told "unknown model '/tmp'; closest: mpt-7b"
         files_ = {"models": ", a YAML file or a config.json", "links": ""}.get(kind, " or a YAML file")
-        inside = Path(name) / "config.json"  # a Hugging Face snapshot: name the file it holds
-        if kind == "models" and inside.is_file():
-            raise SpecError(f"{name}: a directory; give its config.json ({inside})")
         raise SpecError(f"{name}: a directory" + (f"; give a {kind[:-1]} preset's name{files_}" if files_ else ""))
     import difflib
 
@@ -183,6 +183,13 @@ def link_or_rate(
     return found if latency_s is None else found.with_(latency_s=latency_s)
 
 
+def model_path(name: str) -> str:
+    """`name`, or for a directory holding a config.json (a Hugging Face snapshot) that file's path."""
+    if isinstance(name, str) and name.strip() and files.is_dir(name) and files.is_file(Path(name) / "config.json"):
+        return str(Path(name) / "config.json")
+    return name
+
+
 def model(name: str, **overrides: Any) -> Model:
     """A model preset; `overrides` replace fields before defaults are derived (so a new
     `hidden` also moves the default `ffn_hidden` = 4 * hidden): single values; an array goes
@@ -193,6 +200,7 @@ def model(name: str, **overrides: Any) -> Model:
                 f"model {name!r}: {field}: an array is not an override (overrides derive the defaults, "
                 f"ffn_hidden from hidden, ...); give it to the model built: presets.model({name!r}).with_({field}=...)"
             )
+    name = model_path(name)
     if name.lower().endswith(".json"):  # a Hugging Face config.json
         from shardwise import hf_config
 

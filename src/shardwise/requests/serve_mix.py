@@ -14,6 +14,7 @@ MIX_NAMES = ("fixed", "sharegpt")
 MAX_CSV_BYTES = 64 * 1024 * 1024
 # a count column makes the rows a histogram (each row's weight); any of these names
 WEIGHT_COLUMNS = ("count", "weight", "requests")
+COLUMNS_TEXT = "the columns: input_len, output_len, and count, weight or requests for a histogram"
 
 
 def request_mix(lengths: str) -> Any:
@@ -37,7 +38,7 @@ def read_lengths_csv(path: str) -> Any:
     weight or requests: how many requests each row stands for), then one row per request or bin."""
     import numpy as np
 
-    from shardwise.files import read_small
+    from shardwise.files import check_header, read_small
     from shardwise.specs.request_mix import RequestMix
 
     try:
@@ -46,6 +47,10 @@ def read_lengths_csv(path: str) -> Any:
         raise SpecError(f"--lengths {exc}") from None
     reader = csv.reader(io.StringIO(text))
     header = [h.strip().lower() for h in next(reader, [])]
+    check_header(header, ("input_len", "output_len", *WEIGHT_COLUMNS), f"--lengths {path}", COLUMNS_TEXT)
+    weights_given = [c for c in WEIGHT_COLUMNS if c in header]
+    if len(weights_given) > 1:
+        raise SpecError(f"--lengths {path}: give one of the columns {' or '.join(weights_given)}, not both")
     for column in ("input_len", "output_len"):
         if column not in header:
             raise SpecError(f"--lengths {path}: no {column} column (the header must name input_len and output_len)")
@@ -58,6 +63,8 @@ def read_lengths_csv(path: str) -> Any:
         number = reader.line_num  # the file's line, as an editor shows it (blank lines and quoted newlines counted)
         if not any(cell.strip() for cell in row):
             continue
+        if len(row) > len(header):
+            raise SpecError(f"--lengths {path} line {number}: {len(row)} values for {len(header)} columns")
         values = []
         for c in cols:
             cell = row[c].strip() if c < len(row) else ""

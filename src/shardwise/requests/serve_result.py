@@ -253,9 +253,20 @@ def _mix_dict(mix: Any, rows: list[tuple[str, Any]], seed: int, burstiness: floa
         return {"lengths": "fixed"}
     out: dict[str, Any] = {"lengths": "fixed" if mix is None else mix.name, "seed": seed, "burstiness": burstiness}
     if mix is not None:
-        est = rows[0][1]
-        out.update(lengths_source=mix.source, mean_input_len=est.mean_input_len, mean_output_len=est.mean_output_len)
+        mean_in, mean_out = mix_means(mix, rows[0][1])
+        out.update(lengths_source=mix.source, mean_input_len=mean_in, mean_output_len=mean_out)
     return out
+
+
+def mix_means(mix: Any, est: Any) -> tuple[float, float]:
+    """The mix's mean prompt and output: the estimate's (drawn within the model's context), or a
+    table's own weighted means where no estimate ran (the plan does not fit: NaN)."""
+    import math
+
+    means = mix.table_means()
+    if math.isfinite(est.mean_input_len) or means is None:
+        return est.mean_input_len, est.mean_output_len
+    return means
 
 
 def _frontier(s: Any, label: str) -> dict[str, list[float]]:

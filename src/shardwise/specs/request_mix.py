@@ -67,6 +67,13 @@ class RequestMix:
     def parametric(self) -> bool:
         return self.input is not None
 
+    def table_means(self) -> tuple[float, float] | None:
+        """A table's weighted mean prompt and output (None for log-normals, whose filter depends on
+        the model's context)."""
+        if self.parametric or self.weights is None:
+            return None
+        return float(np.dot(self.weights, self.input_lens)), float(np.dot(self.weights, self.output_lens))
+
 
 # ShareGPT as vLLM's and SGLang's serving benchmarks send it (`vllm bench serve --dataset-name
 # sharegpt`, `python -m sglang.bench_serving --dataset-name sharegpt`, on
