@@ -80,8 +80,11 @@ class StepBreakdown:
 class TrainingEstimate:
     """Estimate of one optimizer step. Array-valued where the scenario held arrays.
 
-    `model_flops_per_step` counts the Megatron-LM convention (3 passes of the GEMMs and the full
-    s x s attention, Korthikanti et al. 2022 App. A; what published model TFLOP/s use);
+    `model_flops_per_step` counts the older Megatron-LM convention (3 passes of the GEMMs and the
+    full s x s attention, Korthikanti et al. 2022 App. A; what Megatron-LM printed before
+    NVIDIA/Megatron-LM@8873b55d, 2025-03-06, and most public model TFLOP/s use; Megatron-LM since
+    then, Megatron-Bridge and NeMo count the causal half, as `useful_flops_per_step` does:
+    `calibration.tflops_count`);
     `hardware_flops_per_step` adds the FLOPs that recomputation repeats (Narayanan et al. 2021
     Eq. 3 with full recomputation). A causal model needs only the unmasked part of the attention
     square, and a fused (flash) kernel computes only that: `masked_attention_flops_per_step` is
