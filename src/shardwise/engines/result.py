@@ -143,7 +143,9 @@ class TrainingEstimate:
 
     @property
     def mfu(self) -> Number:
-        """Model FLOPs utilisation: useful model FLOP/s per GPU over the dense peak."""
+        """Model FLOPs utilisation: useful model FLOP/s per GPU over the dense peak of the plan's
+        precision (an FP8 plan's: the FP8 peak, though its attention and logits run in 16 bits;
+        `mfu_16bit_peak` divides by the 16-bit one)."""
         peak = self.scenario.cluster.gpu.peak_flops_per_s(self.scenario.plan.precision)
         return self._per_gpu(self.useful_flops_per_step) / peak
 
@@ -152,6 +154,14 @@ class TrainingEstimate:
         """Hardware FLOPs utilisation (recomputation counted)."""
         peak = self.scenario.cluster.gpu.peak_flops_per_s(self.scenario.plan.precision)
         return self._per_gpu(self.executed_flops_per_step) / peak
+
+    @property
+    def mfu_16bit_peak(self) -> Number:
+        """MFU against the GPU's dense 16-bit (BF16, else FP16) peak whatever the precision: how FP8
+        training's MFU is often quoted, so FP8 and BF16 runs compare on one scale (NeMo's
+        `calculate_mfu` divides by one fixed peak, `reference_mfu=1979.0` for H100, the FP8 one,
+        whatever the run's precision: sources differ, so both are given). Equals `mfu` for 16-bit plans."""
+        return self._per_gpu(self.useful_flops_per_step) / self.scenario.cluster.gpu.peak_flops_per_s_16bit
 
     @property
     def fits_in_memory(self) -> Number:
