@@ -1,5 +1,4 @@
-"""Plain-data views of specs and results for JSON output (the edges' serialisers); tables of
-columns go to CSV or Parquet through `shardwise.tables`."""
+"""Plain-data views of specs and results for JSON (tables of columns: CSV or Parquet, `shardwise.tables`)."""
 
 from __future__ import annotations
 
