@@ -1,5 +1,4 @@
-"""Plain-data views of specs and results for JSON output (the edges' serialisers); tables of
-columns go to CSV or Parquet through `shardwise.tables`."""
+"""Plain-data views of specs and results for JSON (tables of columns: CSV or Parquet, `shardwise.tables`)."""
 
 from __future__ import annotations
 
@@ -148,6 +147,7 @@ def estimate_dict(est: TrainingEstimate) -> dict[str, Any]:
         "memory_bytes": whole_bytes_parts(est.memory.as_dict()),
         "gpu_memory_bytes": whole_bytes(est.scenario.cluster.gpu.memory_bytes),
         "fits_in_memory": plain(est.fits_in_memory),
+        "mfu_16bit_peak": plain(est.mfu_16bit_peak),  # `mfu` divides by the precision's peak (FP8's for fp8)
     }
 
 

@@ -12,9 +12,10 @@ micro_batch_size, are accepted as aliases):
   (default: the framework's, else on when tp > 1),
   schedule (gpipe / 1f1b / zb-h1 / interleaved; default: the framework's, else 1f1b), async_tp_grad
   (default: the framework's), zero (default: the framework's), gpus_per_node (default: the system's);
-- the measurement, one of: step_time_s, tokens_per_s_per_gpu, model_tflops_per_gpu (Megatron's
-  count, as published; a second one given must tell the same step time within `SAME_STEP`), or
-  the pair metric + measured (the public-runs table);
+- the measurement, one of: step_time_s, tokens_per_s_per_gpu, model_tflops_per_gpu (with
+  tflops_count, the FLOPs it counts: full-square (default), causal or maxtext-6n-causal,
+  `calibration.tflops_count`; a tokens/s given beside a step time must tell the same step within
+  `SAME_STEP`), or the pair metric + measured (the public-runs table);
 - optional id (default: the row number), group or source (the table a run came from, for leave-one-source-out),
   and the informational columns of the public-runs table (`INFORMATIONAL`: kept, ignored). Any other column is an
   error naming the closest known one (a misspelt `micro_batch_size` would be ignored, the run priced at micro-batch 1).
@@ -61,7 +62,7 @@ READ = (
     *SERVING_METRICS,
     *("metric", "measured", "id", "group", "source", "dp", "cp", "vpp", "micro_batch", "layers", "seq_len"),
     *("recompute", "precision", "framework", "sequence_parallel", "zero", "fsdp", "gpus_per_node", "scope"),
-    *("schedule", "async_tp_grad", "ep", "etp"),
+    *("schedule", "async_tp_grad", "ep", "etp", "tflops_count"),
     *("micro_batches", "input_len", "output_len", "concurrency", "batch", "weight_precision", "kv_precision"),
     "runtime",
 )
@@ -338,7 +339,7 @@ def training_request(row: dict[str, str], where: str) -> Any:
 
 
 def _training_run(row: dict[str, str], where: str) -> Run:
-    from shardwise.engines.training_flops import flops_per_step
+    from shardwise.calibration.tflops_count import count_of, flops_per_step_counted
 
     request = training_request(row, where)
     try:
@@ -362,9 +363,10 @@ def _training_run(row: dict[str, str], where: str) -> Run:
             return value
         if metric == "tokens_per_s_per_gpu":
             return tokens / (value * n)
-        return float(flops_per_step(scn)[0]) / (value * 1e12 * n)  # Megatron's count, as published
+        return flops_per_step_counted(scn, count) / (value * 1e12 * n)  # the count the figure used
 
     metric, value = _measured(row, where)
+    count = count_of(row, where)
     step = step_of(metric, value)
     tps = row.get("tokens_per_s_per_gpu", "")  # a second timing of the run must tell the same step
     if metric == "step_time_s" and tps:

@@ -92,7 +92,8 @@ def calibrate(
 
     RUNS.csv has one run per row: model, system, num_gpus, tp, pp, global_batch (optional dp, cp,
     vpp, micro_batch, ep, etp, layers, seq_len, recompute, precision, framework, id, group) and one
-    measurement: step_time_s, tokens_per_s_per_gpu or model_tflops_per_gpu; a serving row: model,
+    measurement: step_time_s, tokens_per_s_per_gpu or model_tflops_per_gpu (tflops_count: full-square,
+    the default, causal or maxtext-6n-causal); a serving row: model,
     system, tp, input_len, output_len, concurrency and one of ttft_s, tpot_s, e2e_s,
     throughput_tokens_per_s. Other files are read as trainer
     logs (Megatron-LM/NeMo, torchtitan, DeepSpeed), one run each; --set gives what a log does not

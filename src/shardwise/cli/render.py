@@ -272,6 +272,14 @@ def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | N
         "hardware TFLOP/s per GPU",
         f"{_f(est.hardware_tflops_per_gpu):.1f}   HFU {_f(est.hfu):.1%}  (recomputation counted)",
     )
+    if (
+        est.scenario.cluster.gpu.peak_flops_per_s(est.scenario.plan.precision)
+        != est.scenario.cluster.gpu.peak_flops_per_s_16bit
+    ):
+        head.add_row(  # MFU and HFU above divide by the precision's peak (FP8's); published FP8 MFU often by BF16's
+            "MFU against 16-bit peak",
+            f"{_f(est.mfu_16bit_peak):.1%}  (above: against the {est.scenario.plan.precision} peak)",
+        )
     out.print(head)
     out.print()
 

@@ -168,7 +168,7 @@ def data_parallel_exposed_s(
                 total,
                 mc,
                 plan.overlap_param_gather,
-                plan.overlap_grad_reduce,
+                plan.grad_reduce_overlapped,
                 drain,
                 v,
                 rounds,
@@ -189,7 +189,7 @@ def data_parallel_exposed_s(
         if routed is not None:
             routed_comm = dp_comm(scn, fabric, place, n_expert, cost, m, True, prices=routed, comm_m=mc, reduce_m=mr)
             comm = comm.plus(routed_comm)
-        grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain, v, rounds, head, plan.aligned_chunk_sync)
+        grad, gather = comm.exposed_s(plan.grad_reduce_overlapped, drain, v, rounds, head, plan.aligned_chunk_sync)
         exposed.append(_with_edges(grad + gather, comm.total_s, edges[len(exposed)]) + serial)
         totals.append(comm.total_s + serial)
     # the tied embeddings' all-reduce, one collective of the first and last stage from the later of

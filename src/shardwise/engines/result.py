@@ -80,8 +80,11 @@ class StepBreakdown:
 class TrainingEstimate:
     """Estimate of one optimizer step. Array-valued where the scenario held arrays.
 
-    `model_flops_per_step` counts the Megatron-LM convention (3 passes of the GEMMs and the full
-    s x s attention, Korthikanti et al. 2022 App. A; what published model TFLOP/s use);
+    `model_flops_per_step` counts the older Megatron-LM convention (3 passes of the GEMMs and the
+    full s x s attention, Korthikanti et al. 2022 App. A; what Megatron-LM printed before
+    NVIDIA/Megatron-LM@8873b55d, 2025-03-06, and most public model TFLOP/s use; Megatron-LM since
+    then, Megatron-Bridge and NeMo count the causal half, as `useful_flops_per_step` does:
+    `calibration.tflops_count`);
     `hardware_flops_per_step` adds the FLOPs that recomputation repeats (Narayanan et al. 2021
     Eq. 3 with full recomputation). A causal model needs only the unmasked part of the attention
     square, and a fused (flash) kernel computes only that: `masked_attention_flops_per_step` is
@@ -150,7 +153,9 @@ class TrainingEstimate:
 
     @property
     def mfu(self) -> Number:
-        """Model FLOPs utilisation: useful model FLOP/s per GPU over the dense peak."""
+        """Model FLOPs utilisation: useful model FLOP/s per GPU over the dense peak of the plan's
+        precision (an FP8 plan's: the FP8 peak, though its attention and logits run in 16 bits;
+        `mfu_16bit_peak` divides by the 16-bit one)."""
         peak = self.scenario.cluster.gpu.peak_flops_per_s(self.scenario.plan.precision)
         return self._per_gpu(self.useful_flops_per_step) / peak
 
@@ -159,6 +164,14 @@ class TrainingEstimate:
         """Hardware FLOPs utilisation (recomputation counted)."""
         peak = self.scenario.cluster.gpu.peak_flops_per_s(self.scenario.plan.precision)
         return self._per_gpu(self.executed_flops_per_step) / peak
+
+    @property
+    def mfu_16bit_peak(self) -> Number:
+        """MFU against the GPU's dense 16-bit (BF16, else FP16) peak whatever the precision: how FP8
+        training's MFU is often quoted, so FP8 and BF16 runs compare on one scale (NeMo's
+        `calculate_mfu` divides by one fixed peak, `reference_mfu=1979.0` for H100, the FP8 one,
+        whatever the run's precision: sources differ, so both are given). Equals `mfu` for 16-bit plans."""
+        return self._per_gpu(self.useful_flops_per_step) / self.scenario.cluster.gpu.peak_flops_per_s_16bit
 
     @property
     def fits_in_memory(self) -> Number:

@@ -143,7 +143,7 @@ def stage_times(scn: Scenario) -> StageTimes:
     crosses_b = node != np.roll(node, 1)
     send_f = np.array([sends[int(c)] for c in crosses_f])
     send_b = np.array([sends[int(c)] for c in crosses_b])
-    overlap = bool(_scalar("overlap_grad_reduce", plan.overlap_grad_reduce))
+    overlap = bool(_scalar("overlap_grad_reduce", plan.grad_reduce_overlapped))
     blocking = p > 1 and not bool(_scalar("overlap_p2p", plan.overlap_p2p))
     blocked = np.zeros(p)  # per micro-batch, the stage's own time spent in blocking sends and syncs
     if blocking:

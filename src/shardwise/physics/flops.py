@@ -15,8 +15,11 @@ Forward GEMMs of a Megatron-LM layer (Shoeybi et al. 2019, Fig. 3; Narayanan et 
     MLP down   T x f/t by f/t x h
 
 For GPT (k = a, f = 4h) the layer is 24 T h^2 / t + 4 b s^2 h / t FLOPs, so with l layers and
-the logits (2 T h V / t) one forward pass is 24 b s l h^2 (1 + s/(6h) + V/(12 l h)): Eq. 3 of
-Narayanan et al. 2021 divided by its factor 4 (forward, backward = 2x forward, recomputation).
+the logits (2 T h V / t) one forward pass is 24 b s l h^2 (1 + s/(6h) + V/(12 l h)). Eq. 3 of
+Narayanan et al. 2021, 96 B s l h^2 (1 + s/(6h) + V/(16 l h)), is not 4x this: its layers run 4
+passes (forward, recomputed forward, backward = 2x forward) but its logit term 3 (no recomputation),
+so Eq. 3 / 4 leaves the logits at V/(16 l h); Korthikanti et al. 2022 App. A's 3-pass model count,
+72 B s l h^2 (1 + s/(6h) + V/(12 l h)), is 3x this one forward.
 
 Memory-bound traffic (bytes read + written) of the other kernels, following the activation
 inventory of Korthikanti et al. 2022 Sec. 4.1 (LayerNorm 4sbh, dropout masks sbh, softmax and

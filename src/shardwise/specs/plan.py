@@ -153,7 +153,8 @@ class Plan(PlanLayout):
     (Megatron's asynchronous gradient all-reduce / reduce-scatter); `tp_comm_overlap`: Transformer
     Engine's userbuffers also overlap the forward TP collectives with the GEMMs (Megatron-Core's
     `--tp-comm-overlap`, needs sequence parallelism, ignored without it);
-    `overlap_grad_reduce`: the DP gradient reduction runs in buckets during the last backward pass;
+    `overlap_grad_reduce`: the DP gradient reduction runs in buckets during the last backward pass
+    (not under ZB-H1: `grad_reduce_overlapped`);
     `overlap_param_gather`: the distributed optimizer's parameter all-gather runs behind the next
     step's first forward pass instead of after the optimizer; `grad_accumulation_fusion`: the
     weight-gradient GEMM accumulates into the fp32 main_grad; `overlap_p2p`: pipeline sends run
@@ -351,6 +352,17 @@ class Plan(PlanLayout):
         """The rules between fields, over every plan: whole micro-batches, stage counts, the
         interleaved schedule's needs (True: they hold). They read _RULE_FIELDS alone."""
         return check_rules(self)
+
+    @property
+    def grad_reduce_overlapped(self) -> bool | np.ndarray:
+        """`overlap_grad_reduce` as the schedule runs it. ZB-H1 hides none of the reduction: the
+        zero-bubble runtime (sail-sg/zero-bubble-pipeline-parallelism
+        megatron/core/pipeline_parallel/zerobubble/runtime.py@ed77fa7a, `SchedNodeRuntime.prepare`:
+        `assert no_sync_func is None, "Sync func is not supported yet"`) runs without Megatron's
+        bucketed overlap, and its deferred W passes, the last operations of a stage, finish each
+        weight's gradient; the reduction runs whole in `finalize_model_grads` after them."""
+        on = np.asarray(self.overlap_grad_reduce, dtype=bool) & (np.asarray(self.schedule) != Schedule.ZB_H1)
+        return bool(on) if on.ndim == 0 else on
 
     def with_(self, **changes: object) -> Plan:
         return replace(self, **changes)  # type: ignore[arg-type]
