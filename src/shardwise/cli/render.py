@@ -264,9 +264,9 @@ def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | N
         "model TFLOP/s per GPU",
         f"{_f(est.model_tflops_per_gpu):.1f}   MFU {_f(est.mfu):.1%}  (causal attention: its masked half not counted)",
     )
-    head.add_row(  # the count published figures use (Megatron-LM's), beside ours, so neither is compared blindly
-        "  as Megatron-LM counts",
-        f"{_f(est.model_tflops_per_gpu_full_attention):.1f}   (the whole attention square, as published figures count)",
+    head.add_row(  # the older published convention (Eq. 3), beside ours, so neither is compared blindly
+        "  whole attention square",
+        f"{_f(est.model_tflops_per_gpu_full_attention):.1f}   (Eq. 3: Megatron-LM before core 0.12, Megatron-DeepSpeed)",
     )
     head.add_row(
         "hardware TFLOP/s per GPU",
