@@ -81,3 +81,15 @@ def test_memory_efficient_kernel_speeds():
     assert fwd == pytest.approx(ak.FLASH_RELATIVE_EFFICIENCY * 0.95 / 2)
     assert bwd == pytest.approx(ak.FLASH_RELATIVE_EFFICIENCY / 1.55 / 2)
     assert bwd < fwd < ak.attention_relative_efficiency(gpu, "fused")
+
+
+def test_a_deepspeed_launch_on_a_v100_asks_for_no_flash_attention():
+    """--emit deepspeed passes --use-flash-attn-v2 where the plan has flash attention; a V100 runs none,
+    so it is neither priced nor launched with it (on an A100 it is)."""
+    from shardwise.requests.emit_stack import emit_training
+
+    v100 = TrainingRequest(model="gpt-1.3b", system="dgx-1-v100", nodes=1, global_batch=64, micro_batch=4)
+    priced, _ = emit_training(v100, "deepspeed")
+    assert priced.framework == "megatron-deepspeed" and not priced.flash_attention
+    priced_a100, _ = emit_training(v100.with_(system="dgx-a100"), "deepspeed")
+    assert priced_a100.flash_attention
