@@ -5,10 +5,9 @@ What is fitted, and how (the same procedure that made the shipped constants, `FI
 GPU with public runs gets one sustained matmul-efficiency scale (the power limit's clock,
 `tools/fit_efficiency.py`), chosen so that the median signed step-time error of its dev rows where
 compute is at least `COMPUTE_SHARE` of the step is zero, over the stacks in `FIT_STACKS` (the others
-are predicted, never fitted); GPUs on the same silicon take their sibling's scale
-(`calibration.spreads.FITTED_FROM`), and so do those that assume another's efficiency
-(`ASSUMED_FROM`); a GPU whose dev rows span fewer than `MIN_GROUPS` groups keeps
-its microbenchmark value (scale 1). Nothing else is fitted to the public runs.
+are predicted, never fitted); siblings on the same silicon and GPUs that assume another's efficiency
+take its scale (`calibration.spreads.FITTED_FROM`, `ASSUMED_FROM`); a GPU whose dev rows span fewer
+than `MIN_GROUPS` groups keeps its microbenchmark value (scale 1). Nothing else is fitted to them.
 
 A fold leaves out every row of one source (or of one stack), refits the scales on what is left,
 and predicts the left-out rows (dev and holdout alike). Each left-out row also gets the 80%
@@ -115,8 +114,7 @@ def stack_of(raw: dict[str, str]) -> str:
 
 
 def _fitted_gpu(gpu: str) -> str:
-    """The GPU whose scale applies to `gpu`: its own, its sibling's on the same silicon, or that of
-    the GPU whose efficiency it assumes (`calibration.spreads.ASSUMED_FROM`)."""
+    """The GPU whose scale applies to `gpu`: its own, its sibling's, or the assumed one's (`ASSUMED_FROM`)."""
     return FITTED_FROM.get(gpu) or ASSUMED_FROM.get(gpu, gpu)
 
 
