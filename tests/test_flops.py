@@ -131,3 +131,24 @@ def test_maxtext_flops_count_is_maxtexts_2024_formula():
     assert pr.measured_step_s(row, maxtext) == pytest.approx(maxtext / (492e12 * 8))
     other = rows["PUB-0411"]  # a step time: the count is not read, Megatron's stands
     assert pr.source_flops_per_step(other, scn, megatron) == megatron
+
+
+def test_megatron_deepspeed_rows_convert_with_its_calculators_eq3():
+    """Megatron-DeepSpeed's throughput_calculator (megatron/utils.py@cc3a94c6) counts
+    24 f B s l h^2 (1 + s/6h + V/16lh): its logit term is 4.5 B s h V on 3 passes where ours is 6.
+    The GPT-1.3B rebase row (PUB-1001, s 2048, h 2048, 24 layers, V 50304) by hand: our count is
+    1.7% above the source's, and the derived step uses the source's."""
+    from shardwise.analyses import public_runs as pr
+    from shardwise.engines.training_flops import flops_per_step
+
+    rows = {r["id"]: r for r in pr.raw_rows()}
+    row = rows["PUB-1001"]
+    scn = pr.scenario_for(row)
+    b, s, h, layers, vocab = int(row["gbs"]), 2048, 2048, 24, 50304
+    by_hand = 72 * b * s * layers * h * h * (1 + s / (6 * h) + vocab / (16 * layers * h))
+    ours = float(flops_per_step(scn)[0])
+    source = pr.source_flops_per_step(row, scn, ours)
+    assert source == pytest.approx(by_hand, rel=1e-12)
+    assert ours / source == pytest.approx(1 + (vocab / (12 * layers * h) - vocab / (16 * layers * h)) / (
+        1 + s / (6 * h) + vocab / (16 * layers * h)), rel=1e-3)  # fmt: skip
+    assert pr.measured_step_s(row, source) == pytest.approx(by_hand / (float(row["measured"]) * 1e12 * 16))

@@ -84,6 +84,7 @@ _GPU_FIELDS = {
     "sm_count": ("sm_count", whole),
     "mxfp8": ("mxfp8", yes_no),
     "bf16": ("bf16", yes_no),
+    "flash_attention": ("flash_attention", yes_no),
     "fp8_any_layout": ("fp8_any_layout", yes_no),
     "flash2_efficiency": ("flash2_efficiency", real),
     "flash2_backward_efficiency": ("flash2_backward_efficiency", real),

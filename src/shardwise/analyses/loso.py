@@ -5,9 +5,9 @@ What is fitted, and how (the same procedure that made the shipped constants, `FI
 GPU with public runs gets one sustained matmul-efficiency scale (the power limit's clock,
 `tools/fit_efficiency.py`), chosen so that the median signed step-time error of its dev rows where
 compute is at least `COMPUTE_SHARE` of the step is zero, over the stacks in `FIT_STACKS` (the others
-are predicted, never fitted); GPUs on the same silicon take their sibling's scale
-(`calibration.spreads.FITTED_FROM`); a GPU whose dev rows span fewer than `MIN_GROUPS` groups keeps
-its microbenchmark value (scale 1). Nothing else is fitted to the public runs.
+are predicted, never fitted); siblings on the same silicon and GPUs that assume another's efficiency
+take its scale (`calibration.spreads.FITTED_FROM`, `ASSUMED_FROM`); a GPU whose dev rows span fewer
+than `MIN_GROUPS` groups keeps its microbenchmark value (scale 1). Nothing else is fitted to them.
 
 A fold leaves out every row of one source (or of one stack), refits the scales on what is left,
 and predicts the left-out rows (dev and holdout alike). Each left-out row also gets the 80%
@@ -39,7 +39,7 @@ import numpy as np
 
 from shardwise.analyses import interval_model as im
 from shardwise.analyses import public_validation as pv
-from shardwise.calibration.spreads import FITTED_FROM, Z80
+from shardwise.calibration.spreads import ASSUMED_FROM, FITTED_FROM, Z80
 
 # The scales shipped in presets/gpus.yaml (tools/fit_efficiency.py on the dev split): a GPU's
 # microbenchmark efficiency (MAMF x 0.978) is the preset's value over its scale; a GPU not listed
@@ -114,8 +114,8 @@ def stack_of(raw: dict[str, str]) -> str:
 
 
 def _fitted_gpu(gpu: str) -> str:
-    """The GPU whose scale applies to `gpu`: its own, or its sibling's on the same silicon."""
-    return FITTED_FROM.get(gpu, gpu)
+    """The GPU whose scale applies to `gpu`: its own, its sibling's, or the assumed one's (`ASSUMED_FROM`)."""
+    return FITTED_FROM.get(gpu) or ASSUMED_FROM.get(gpu, gpu)
 
 
 @cache

@@ -251,19 +251,28 @@ def scenario_for(row: dict[str, str]):
     return request_for(row).scenario()
 
 
-# parse_notes key of a source whose TFLOP/s count MaxText's 2024 formula (tools/public_runs_stacks.py)
+# parse_notes keys of sources whose TFLOP/s count their own formula (tools/public_runs_stacks.py):
+# MaxText's 2024 formula, and Narayanan et al. 2021 Eq. 3 as Megatron-DeepSpeed's throughput_calculator
+# wrote it (its logit term V / 16lh at 3 passes as at 4)
 MAXTEXT_FORMULA = "tflops_formula=maxtext-6n-causal"
+EQ3_FORMULA = "tflops_formula=narayanan21-eq3"
 
 
 def source_flops_per_step(row: dict[str, str], scn, model_flops_per_step: float) -> float:
     """The FLOPs per step behind a row's published TFLOP/s: Megatron's count (ours,
-    `model_flops_per_step`), or MaxText's own where the row says its source used it
+    `model_flops_per_step`), or the source's own where the row says which it used: MaxText's
     (`engines.training_flops.maxtext_flops_per_step`: 6 N per token with the embeddings, causal
-    attention)."""
-    if MAXTEXT_FORMULA in row["parse_notes"].split("; "):
+    attention), Megatron-DeepSpeed's Eq. 3 (`megatron_deepspeed_flops_per_step`: 4.5 B s h V of
+    logits on 3 passes where ours count 6)."""
+    notes = row["parse_notes"].split("; ")
+    if MAXTEXT_FORMULA in notes:
         from shardwise.engines.training_flops import maxtext_flops_per_step
 
         return float(maxtext_flops_per_step(scn.model, scn.plan.global_batch))
+    if EQ3_FORMULA in notes:
+        from shardwise.engines.training_flops import megatron_deepspeed_flops_per_step
+
+        return float(megatron_deepspeed_flops_per_step(scn.model, scn.plan.global_batch))
     return model_flops_per_step
 
 

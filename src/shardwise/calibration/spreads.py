@@ -27,6 +27,19 @@ FITTED_FROM = {
     "b300-sxm-270gb": "gb300",
 }
 
+# The GPUs with no microbenchmark (MAMF) row and no public runs of their own, whose efficiency is
+# another GPU's assumed (presets/gpus.yaml: "no MAMF row: X's value assumed"): they ship that GPU's
+# *shipped* efficiency, its microbenchmark value times its fitted sustained scale (`analyses.loso.
+# SHIPPED_SCALES`), not the bare microbenchmark value, which would price an unfitted GPU faster than
+# the fitted one it copies (review 38: V100 and L40S at the A100's 0.85 where the A100 ships 0.663).
+# `analyses.loso` moves them with that GPU's refitted scale, as it moves FITTED_FROM's siblings; the
+# interval keeps an unfitted GPU's spread for them (the assumption itself is unmeasured).
+ASSUMED_FROM = {
+    "v100-sxm2-32gb": "a100-sxm4-80gb",
+    "l40s": "a100-sxm4-80gb",
+    "h100-pcie-80gb": "h100-sxm5-80gb",
+}
+
 # How far a GPU's fitted sustained efficiency may be off, in log step time
 # (`analyses.interval_model.GpuFit`, `python tools/stack_spreads.py` prints these): the fit sets
 # the median error of the GPU's fitting rows to zero, so its error is that median's,

@@ -262,10 +262,11 @@ execution_options = stack_options(
     ),
     click.option(
         "--attention-kernel",
-        type=click.Choice(["fused", "flash2", "sdpa-flash2", "te-flash2"], case_sensitive=False),
+        type=click.Choice(["fused", "flash2", "sdpa-flash2", "te-flash2", "sdpa-mem-efficient"], case_sensitive=False),
         help="Attention kernel: fused (Transformer Engine / cuDNN), flash2 (the flash-attn package's "
-        "FlashAttention-2), sdpa-flash2 (PyTorch SDPA's bundled FlashAttention-2) or te-flash2 "
-        "(Transformer Engine's FlashAttention-2 backend, NVTE_FUSED_ATTN=0) [default: the framework's].",
+        "FlashAttention-2), sdpa-flash2 (PyTorch SDPA's bundled FlashAttention-2), te-flash2 "
+        "(Transformer Engine's FlashAttention-2 backend, NVTE_FUSED_ATTN=0) or sdpa-mem-efficient (SDPA's "
+        "memory-efficient backend, what it runs before sm80) [default: the framework's; on a V100 its fallback].",
     ),
     _switch("eager-kernels", "One kernel per element-wise op (PyTorch eager) instead of fused kernels."),
     click.option(

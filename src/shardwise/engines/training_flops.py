@@ -121,3 +121,20 @@ def maxtext_flops_per_step(model: Model, global_batch: Number) -> Number:
     weights = 6.0 * total_params(model) * s
     attention = 6.0 * model.q_dim * model.layers * s * s
     return global_batch * (weights + attention)
+
+
+def megatron_deepspeed_flops_per_step(model: Model, global_batch: Number) -> Number:
+    """The FLOPs per step behind the TFLOP/s Megatron-DeepSpeed printed from July 2022 to August
+    2024, on its 3-pass count: 72 B s l h^2 (1 + s / 6h + V / 16 l h), all GPUs.
+
+    Source: deepspeedai/Megatron-DeepSpeed megatron/utils.py throughput_calculator at cc3a94c6
+    (2023-09-18; the same line from 62bc4562, 2022-07-11, to b7b2d5ef, 2024-08-19, which replaced it
+    with a count of every GEMM's MACs): flops_per_iteration = 24 x checkpoint_activations_factor x
+    B x s x l x h^2 x (1 + s / (6 h) + V / (16 l h)), V the padded vocabulary, the factor 4 under
+    activation checkpointing and 3 without it. Narayanan et al. 2021 Eq. 3's logit term V / 16 l h
+    counts the logit GEMM's 3 passes inside the factor 4 (2 B s h V each); the calculator keeps it
+    at both factors, so its 3-pass count holds 4.5 B s h V of logits where Megatron's
+    (`flops_per_step`) holds 6. The public rows store its 4-pass figures x 3/4 (`tflops_count=recompute`,
+    data/PUBLIC_RUNS.md): this count x 3/4 x 4/3 is the same 3-pass count."""
+    s, h, layers = model.seq_len, model.hidden, model.layers
+    return 72.0 * global_batch * s * layers * h * h * (1.0 + s / (6.0 * h) + model.vocab / (16.0 * layers * h))

@@ -63,6 +63,16 @@ SDPA_FLASH_BACKWARD_FRACTION = 0.70
 # than this (PyTorch 2.9.0.dev20250811, the pytorch/ao MI300X rows' build, has AOTriton 0.10b).
 AOTRITON_FORWARD_FRACTION = 1.0
 AOTRITON_BACKWARD_FRACTION = 1.0
+# PyTorch SDPA's memory-efficient backend ("sdpa-mem-efficient": xFormers' CUTLASS kernels, which SDPA
+# runs from sm50 where its flash backend cannot, sdp_utils.cpp check_mem_efficient_hardware_support;
+# `requests.attention` picks it before sm80): its speed as a fraction of FlashAttention-2's at the
+# fused kernels' plateau (unit: fraction). No V100 figure was found; A100 fp16 ones carried over:
+# xFormers' CUTLASS forward 5% slower than FlashAttention (1) on average and its backward 55% slower
+# (facebookresearch/xformers PR #362, 2022-08-10, the kernels SDPA took), and FlashAttention-2 "around
+# 2x" FlashAttention's speed (Dao 2023, abstract; 1.7-3.0x in its Fig. 4-7): forward 0.95 / 2 = 0.48
+# (range 0.32-0.56), backward 1 / 1.55 / 2 = 0.32 (range 0.21-0.38).
+MEM_EFFICIENT_FORWARD_FRACTION = 0.95 / 2.0
+MEM_EFFICIENT_BACKWARD_FRACTION = 1.0 / 1.55 / 2.0
 # FlashAttention-2's plateau against the head dimension on Hopper (`Gpu.gemm_kernels` "sm90"), as a
 # fraction of its head-dim-128 speed, which `flash2_efficiency` carries (unit: fraction). Shah et al.
 # 2024 (FlashAttention-3) Fig. 4 (forward) and Fig. 5 (backward), H100 SXM5, BF16, the flash-attn
@@ -98,6 +108,8 @@ def attention_relative_efficiency(gpu: Gpu, kernel: str) -> Number:
         if kernel == "sdpa-flash2":
             return upstream * sdpa_flash_fractions(gpu)[0]
         return upstream
+    if kernel == "sdpa-mem-efficient":
+        return FLASH_RELATIVE_EFFICIENCY * MEM_EFFICIENT_FORWARD_FRACTION
     return FLASH_RELATIVE_EFFICIENCY
 
 
@@ -120,6 +132,8 @@ def attention_backward_relative_efficiency(gpu: Gpu, kernel: str) -> Number:
     FlashAttention-2 where the GPU carries a backward figure of its own (`flash2_backward_efficiency`,
     `FLASH_BACKWARD_FLOPS`) that one; SDPA's build times its backward fraction."""
     forward = attention_relative_efficiency(gpu, kernel)
+    if kernel == "sdpa-mem-efficient":
+        return FLASH_RELATIVE_EFFICIENCY * MEM_EFFICIENT_BACKWARD_FRACTION
     if kernel not in FLASH2_KERNELS:
         return forward
     f_frac, b_frac = sdpa_flash_fractions(gpu) if kernel == "sdpa-flash2" else (1.0, 1.0)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardwise.errors import SpecError
+from shardwise.requests import attention
 
 # re-exported: the names the requests, the CLI and the tests read here
 from shardwise.requests.cluster_build import (  # noqa: F401
@@ -52,6 +53,7 @@ def scenario(values: dict[str, Any], model: Any = None) -> Built:
     cal = load_calibration(values.get("calibration"))
     cluster = build_cluster(values, notes, cal)
     values = {**values, "precision": resolved(values.get("precision"), cluster.gpu, "--precision", notes)}
+    values = {**values, **attention.changes(values, cluster.gpu, notes)}  # what runs on the GPU
     plan = build_plan(values, int(cluster.num_gpus), model)
     notes += stack_default_notes(values, plan)
     try:

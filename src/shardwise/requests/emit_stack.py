@@ -39,15 +39,23 @@ def emit_training(training: Any, target: str) -> tuple[Any, str | None]:
     if target == "torchtitan" and training.eager_kernels:  # the launch compiles nothing: torchtitan eager
         changes["framework"] = flags = "torchtitan"
         flags = "--framework torchtitan"
-    if target == "deepspeed" and flash_attention(training.values()):
+    if target == "deepspeed" and flash_attention(training.values()) and _runs_flash(training):
         # megatron-deepspeed leaves FlashAttention off (its --use-flash-attn-v2 is opt-in): the
-        # launch passes it where the plan has it, so it is priced with it
+        # launch passes it where the plan has it and the GPU runs it (`requests.attention`), so it
+        # is priced with it
         changes["flash_attention"] = True
         flags += " --flash-attention"
     return replace(training, **changes), (
         f"--emit {target}: priced under {changes['framework']}, the stack {target}'s launch runs (as if {flags} "
         "were given); to price under another stack, name it with --framework"
     )
+
+
+def _runs_flash(training: Any) -> bool:
+    """Whether the request's GPU runs FlashAttention-2 (`Gpu.flash_attention`: sm80+)."""
+    from shardwise.requests.build import build_cluster
+
+    return bool(getattr(build_cluster(training.values(), []).gpu, "flash_attention", True))
 
 
 def searched_zero(
@@ -89,7 +97,8 @@ def priced_launch(est: Any, target: str, version: str | None) -> dict[str, Any]:
         plan = est.scenario.plan
         # the attention scores materialised (megatron-deepspeed's default): the launch would not
         # pass --use-flash-attn-v2 either
-        hint = "" if bool(plan.flash_attention) else "--flash-attention (the launch then asks for it), "
+        runs = bool(getattr(est.scenario.cluster.gpu, "flash_attention", True))  # sm80+ (`requests.attention`)
+        hint = "" if bool(plan.flash_attention) or not runs else "--flash-attention (the launch then asks for it), "
         raise EmitError(
             f"--emit {target}: this plan needs {float(est.memory.total_bytes) / 1e9:.1f} GB per GPU, more than "
             f"{format_capacity(capacity)}; fix the plan ({hint}--tp, --pp, --zero, --recompute, ...) until it fits"

@@ -37,6 +37,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
     from shardwise.errors import SpecError
     from shardwise.loaders import parse_plan_spec
     from shardwise.presets import parse_link_spec
+    from shardwise.requests import attention
     from shardwise.requests.build import flash_attention, stage_kwargs
     from shardwise.requests.precision import resolved
     from shardwise.specs._checks import MAX_WHOLE, whole_range
@@ -57,6 +58,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
             )
     hardware = _hardware(o)
     o = {**o, "precision": resolved(o.get("precision"), hardware["gpu"], "--precision", notes)}
+    o = {**o, **attention.changes(o, hardware["gpu"], notes)}  # what runs on the GPU (`requests.attention`)
     plans = tuple(parse_plan_spec(t) for t in o["plans"]) or base.plans
     if o.get("hidden") is not None:
         h = o["hidden"]

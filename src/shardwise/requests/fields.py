@@ -110,7 +110,7 @@ EXECUTION_FIELDS = (
     _f("framework", "str", "megatron-core"),
     _f("precision", "str"),  # None: bf16, fp16 on a GPU without BF16 (`requests.precision`); else TRAINING_PRECISIONS
     _f("flash_attention", "bool"),  # None: the framework's (`build.flash_attention`), else on
-    _f("attention_kernel", "str", None, "fused", "flash2", "sdpa-flash2", "te-flash2"),
+    _f("attention_kernel", "str", None, "fused", "flash2", "sdpa-flash2", "te-flash2", "sdpa-mem-efficient"),
     _f("eager_kernels", "bool"),
     _f("fp8_recipe", "str", None, *FP8_RECIPES),
     _f("selective_policy", "str", None, *SELECTIVE_POLICIES),

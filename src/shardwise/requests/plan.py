@@ -325,8 +325,11 @@ class PlanRequest:
             from shardwise.calibration.parameters import apply
 
             cluster = apply(cluster, fitted)
+        from shardwise.requests import attention
+
         precision = resolved(self.training.precision, cluster.gpu, "--precision", notes if fitted is None else None)
-        me = replace(self, training=self.training.with_(precision=precision))  # the GPU's 16 bits by default
+        kernels = attention.changes(values, cluster.gpu, notes if fitted is None else None)  # what runs there
+        me = replace(self, training=self.training.with_(precision=precision, **kernels))  # the GPU's 16 bits by default
         space = me.space(float(cluster.gpu.memory_bytes))
         model = build.build_model(values)
         if fitted is None:  # once, not again for each refit

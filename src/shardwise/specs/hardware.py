@@ -80,6 +80,13 @@ class Gpu:
     # tensor cores take BF16 (Ampere, CDNA2 and later); false: FP16 only (Volta, Turing: NVIDIA's V100 and T4
     # datasheets list FP16 tensor TFLOPS alone), where bf16 is refused (`peak_flops_per_s`, `requests.precision`)
     bf16: bool = True
+    # runs the fused attention kernels the stacks ask for: FlashAttention-2 (Dao-AILab/flash-attention
+    # csrc/flash_attn/flash_api.cpp: TORCH_CHECK(is_sm90 || is_sm8x, "FlashAttention only supports Ampere
+    # GPUs or newer"), PyTorch SDPA's flash backend (sdp_utils.cpp check_flash_attention_hardware_support:
+    # sm80+) and cuDNN's fused attention under Transformer Engine (dot_product_attention/utils.py
+    # get_attention_backend: "Disabling FusedAttention as it requires compute capability sm80+"); false:
+    # before Ampere (V100, sm70), where each stack falls back (`requests.attention`)
+    flash_attention: bool = True
     # FP8 GEMMs take their operands in any layout (data-centre Blackwell, sm_100-119 and sm_130+), so a
     # per-tensor FP8 cast writes no transposed copy for the weight gradient; Hopper's take only TN
     # (Transformer Engine transformer_engine.cpp `nvte_is_non_tn_fp8_gemm_supported`, quantizer.cpp
@@ -132,6 +139,7 @@ class Gpu:
         chk.non_negative_int(f"{p}: sm_count", self.sm_count)
         chk.boolean(f"{p}: mxfp8", self.mxfp8)
         chk.boolean(f"{p}: bf16", self.bf16)
+        chk.boolean(f"{p}: flash_attention", self.flash_attention)
         chk.boolean(f"{p}: fp8_any_layout", self.fp8_any_layout)
         chk.non_negative(f"{p}: peak_flops_per_s_fp4", self.peak_flops_per_s_fp4)
         chk.within(f"{p}: host_link_bytes_per_s", self.host_link_bytes_per_s, 0.0, 1e13, "B/s")

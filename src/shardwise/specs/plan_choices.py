@@ -38,7 +38,9 @@ class Recompute(IntEnum):
 # "dp-gather": SGLang's data-parallel attention without an all-to-all backend, set by its serving
 # engine preset (`engines.engine_presets.EnginePreset.moe_dispatcher`); not a command-line choice
 MOE_DISPATCHERS = ("alltoall", "flex", "allgather", "dp-gather")
-ATTENTION_KERNELS = ("fused", "flash2", "sdpa-flash2", "te-flash2")  # physics.stack
+# "sdpa-mem-efficient": PyTorch SDPA's memory-efficient backend (xFormers' CUTLASS kernels), what SDPA
+# runs where its flash backend cannot (before sm80: `requests.attention`)
+ATTENTION_KERNELS = ("fused", "flash2", "sdpa-flash2", "te-flash2", "sdpa-mem-efficient")  # physics.stack
 # the loss kernel: the stack's own, Transformer Engine's parallel_cross_entropy, or an eager cross-entropy
 # on the 16-bit logits without an fp32 cast (`physics.memory_stacks`)
 LOSS_KERNELS = ("stack", "te", "eager-bf16")
@@ -62,8 +64,9 @@ MEMORY_STACKS = (
 # PyTorch SDPA's build of it, and Transformer Engine's FlashAttention backend (flash-attn's kernels
 # called by TE, with TE's own context-parallel ring: NeMo's launcher set NVTE_FUSED_ATTN=0 in 2024)
 FLASH2_KERNELS = ("flash2", "sdpa-flash2", "te-flash2")
-# the FlashAttention-2 kernels whose context parallelism is PyTorch's ring (`physics.attention`)
-TORCH_RING_KERNELS = ("flash2", "sdpa-flash2")
+# the kernels whose context parallelism is PyTorch's ring (`physics.attention`): FlashAttention-2's and
+# SDPA's memory-efficient backend, which the same ring calls where flash cannot run
+TORCH_RING_KERNELS = ("flash2", "sdpa-flash2", "sdpa-mem-efficient")
 
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 
