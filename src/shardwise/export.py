@@ -327,14 +327,17 @@ def serving_dict(label: str, est: Any, log_sd: float | None = None, basis: str =
         **band("ttft_s", est.ttft_s),
         **band("tpot_s", est.tpot_s),
         **band("throughput_tokens_per_s", est.throughput_tokens_per_s),
+        **band("e2e_s", est.e2e_s),
+        **band("per_user_tokens_per_s", est.per_user_tokens_per_s),
+        # the interval of every time and rate above (the percentiles and the parts carry none)
         "interval": {"level": 0.8, "log_sd": log_sd, "basis": basis},
-        **_inflight_dict(est),
+        **_inflight_dict(est, band),
     }
 
 
-def _inflight_dict(est: Any) -> dict[str, Any]:
+def _inflight_dict(est: Any, band: Any) -> dict[str, Any]:
     """How the requests were batched; under in-flight batching the simulation's settings, its
-    percentiles (seconds) and the rate the plan sustains."""
+    percentiles (seconds) and the rate the plan sustains (`band`: its 80% interval)."""
     if est.batching != "inflight":
         return {"batching": "static"}
     return {
@@ -342,10 +345,18 @@ def _inflight_dict(est: Any) -> dict[str, Any]:
         "concurrency": est.users,
         "request_rate_per_s": est.request_rate_per_s,
         "max_request_rate_per_s": plain(est.max_request_rate_per_s),
+        **band("max_request_rate_per_s", est.max_request_rate_per_s),
         "overloaded": est.overloaded,
-        "mean_in_flight": plain(est.mean_running),
+        # requests admitted (running), time-weighted mean over the run, all replicas; a closed loop's
+        # users beyond them wait in the queue (`concurrency`)
+        "mean_running": plain(est.mean_running),
+        # per GPU, the KV cache those fill, of memory_bytes.kv_cache (the pool the engine pre-allocates)
+        "kv_cache_in_use_bytes": plain(est.kv_in_use_bytes),
+        # the mean over the simulated iterations (their sum is every prompt token prefilled)
         "mean_prompt_tokens_per_iteration": plain(est.mean_prompt_tokens),
-        "max_batched_tokens": est.max_batched_tokens,
+        "max_batched_tokens": est.max_batched_tokens,  # one micro-batch's
+        # one iteration's (a round of the pp micro-batches where each has its own budget)
+        "iteration_budget_tokens": int(est.round_tokens or est.max_batched_tokens),
         "simulated_requests": est.simulated_requests,
         "percentiles_s": est.percentiles_s,
     }

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.cli.serve_caps import cap_name, closed_loop_queue, engine_capped
+from shardwise.requests.serve_notes import all_reduce_text, table_notes
 
 
 def print_estimates(
@@ -40,7 +41,7 @@ def print_estimates(
         f"inside a server{across}); {_lengths_text(workload, rows, mix)}{beyond}; "
         f"weights {workload.weight_precision} (GEMMs in {rows[0][1].scenario.plan.precision}), KV cache "
         f"{workload.kv_precision}; {_engine_text(workload)}runtime {workload.runtime}; "
-        + _all_reduce_text(workload.custom_all_reduce, cluster)
+        + all_reduce_text(workload.custom_all_reduce, cluster)
         + ("" if cluster.p2p else "; P2P off (NCCL through host memory)")
         + _pcie_text(cluster)
         + ("" if cluster.nvls or not cluster.intra_node_link.nvls_efficiency else "; NVLS off")
@@ -49,10 +50,12 @@ def print_estimates(
     if over:
         out.print(f"[yellow]note: {over} (--seq-len to change it)[/]")
     inflight = rows[0][1].batching == "inflight"
+    # one meaning per column: a closed loop's users (queued ones too), or the mean requests running
+    users = not inflight or rows[0][1].users is not None
     table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for col in (
         "plan",
-        "in flight" if inflight else "batch",
+        ("users" if users else "running\n(mean)") if inflight else "batch",
         "TTFT",
         "TPOT",
         "latency",
@@ -71,7 +74,7 @@ def print_estimates(
         name = replicas_label(label, int(est.scenario.plan.dp))
         table.add_row(
             name if fits else f"{name} [does not fit]",
-            _count(est.mean_running) if inflight and est.users is None else f"{int(est.workload.batch)}",
+            _count(est.mean_running) if not users else f"{int(est.workload.batch)}",
             format_seconds(float(est.ttft_s)),
             _time(est.tpot_s),
             format_seconds(float(est.e2e_s)),
@@ -85,11 +88,17 @@ def print_estimates(
     out.print(
         "[dim]TTFT: time to first token (prefill); TPOT: time per output token (decode); latency: end to end "
         "per request; tok/s: generated tokens per second, all replicas; max batch: sequences per replica that "
-        "fit the KV cache[/]"
+        "fit the KV cache"
+        + (
+            f"; {'users: requests kept in flight, all replicas (those beyond the running wait in the queue)' if users else 'running: requests admitted, time-weighted mean, all replicas'}"
+            "; memory: the weights and the KV cache the engine pre-allocates at start, however full"
+            if inflight
+            else ""
+        )
+        + "[/]"
     )
-    for note in (_derived_etp(rows), _replicated_kv(rows)):
-        if note:
-            out.print(f"[dim]{note}[/]")
+    for note in table_notes(rows):
+        out.print(f"[dim]{note}[/]")
     if inflight:
         _print_inflight(out, rows)
     from shardwise.calibration.spreads import Z80
@@ -142,29 +151,6 @@ HOST_WAIT_NOTE = (
     "host wait: the GPU idle while the engine's process prepares the next step, one stage's host work outlasting "
     "its GPU work (h_0 + h_1 per request; engines/pipeline.py overlapped_host_floor_s)"
 )
-
-
-def _replicated_kv(rows: list[tuple[str, Any]]) -> str:
-    """The plans whose tp is above the KV heads, each head on tp / kv_heads ranks (`rules.kv_replica_rule`)."""
-    kv = [(label, int(e.scenario.plan.tp), int(e.scenario.model.kv_heads)) for label, e in rows]
-    named = [f"{label}: {k} KV heads, each on {t // k} GPUs" for label, t, k in kv if t > k]
-    return f"KV heads replicated (tp above them): {'; '.join(named)}" if named else ""
-
-
-def _derived_etp(rows: list[tuple[str, Any]]) -> str:
-    """A line naming the expert tensor-parallel size of each plan that leaves it to be derived
-    (`tp=1,ep=4` on 8 GPUs is etp=2: each GPU holds half of 2 experts, not 2 whole ones), or ""."""
-    derived = [
-        f"{label}: etp={int(est.scenario.plan.etp)}"
-        for label, est in rows
-        if int(est.scenario.plan.ep) > 1 and int(est.scenario.plan.etp) > 1 and "etp=" not in label
-    ]
-    if not derived:
-        return ""
-    return (
-        f"expert tensor parallelism derived (ep x etp = tp, or tp x dp with data-parallel attention): "
-        f"{'; '.join(derived)} (each expert split over etp GPUs; etp=N in --plan to choose)"
-    )
 
 
 def _part(key: str, est: Any = None) -> str:
@@ -235,29 +221,6 @@ def _count(x: float) -> str:
     return f"{x:,.0f}" if x >= 10 else f"{x:.2g}"
 
 
-ENGINE_NAMES = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang"}
-
-
-def _all_reduce_text(kernel: str, cluster: Any) -> str:
-    """Which all-reduce the engine uses on this box (physics/custom_allreduce.py's rules)."""
-    import numpy as np
-
-    from shardwise.physics.custom_allreduce import custom_all_reduce_s, is_nvlink_class
-
-    link = cluster.intra_node_link
-    nvlink = is_nvlink_class(link)
-
-    def used(ranks: int) -> bool:  # the engine's rules, on a small message
-        return bool(np.isfinite(custom_all_reduce_s(1024.0, ranks, link, kernel, nvlink, cluster.p2p)))
-
-    if not used(2):
-        return "all-reduce: NCCL"
-    name = ENGINE_NAMES[kernel]
-    if not used(4):
-        return f"all-reduce: {name}'s own kernel for 2 GPUs, NCCL otherwise"
-    return f"all-reduce: {name}'s own kernel on small messages, NCCL above"
-
-
 def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
     """Percentiles, the rate each plan sustains, and what an iteration is made of."""
     from shardwise.units import format_seconds
@@ -278,9 +241,16 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
             "requests started spread over one request's lifetime, not sent in one burst)"
         )
     )
+    rounds = any(int(est.round_tokens) > int(est.max_batched_tokens) for _, est in rows)
+    per = " per micro-batch; under pp an iteration is a round of them" if rounds else " per iteration"
+    simulated = (
+        f"medians of {first.simulated_requests:,} simulated requests per replica"
+        if first.simulated_requests
+        else "no plan fits: nothing simulated"
+    )
     out.print(
-        f"[dim]in-flight batching, chunked prefill (<= {first.max_batched_tokens:,} tokens per iteration), {how}: "
-        f"medians of {first.simulated_requests:,} simulated requests per replica (--batching static: one batch)[/]"
+        f"[dim]in-flight batching, chunked prefill (<= {first.max_batched_tokens:,} tokens{per}), {how}: "
+        f"{simulated} (--batching static: one batch)[/]"
     )
     for label, est in rows:
         if not bool(est.fits_in_memory):
@@ -290,15 +260,21 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
         def pct(key: str, p: dict[str, dict[str, float]] = p) -> str:
             return " / ".join(_time(v) for v in p[key].values())
 
-        dec = est.decode_s
+        dec = est.decode_s  # sums over the run's iterations, weighted by their decodes (`engines.inflight.decode_parts`)
         total = sum(dec.values()) or 1.0
         parts = ", ".join(f"{_part(k, est)} {v / total:.0%}" for k, v in dec.items() if v > 0)
+        budget = int(est.round_tokens) or int(est.max_batched_tokens)
+        it = (
+            f"an iteration (a round of {int(est.scenario.plan.pp)} micro-batches, <= {budget:,} tokens; "
+            if budget > int(est.max_batched_tokens)
+            else "an iteration ("
+        )
         queue = est.prefill_s["queueing"]
         waits = f" (queueing {format_seconds(queue)} of the median)" if queue > 0 else ""
         out.print(
             f"  {label}: TTFT p50/p90/p99 {pct('ttft_s')}{waits}, TPOT {pct('tpot_s')}; up to "
-            f"{est.max_request_rate_per_s:,.3g} requests/s; an iteration (+{est.mean_prompt_tokens:,.0f} prompt "
-            f"tokens) = {parts}"
+            f"{est.max_request_rate_per_s:,.3g} requests/s; {it}+{est.mean_prompt_tokens:,.0f} prompt "
+            f"tokens, the mean) = {parts} of a decode token's wait"
         )
         held = closed_loop_queue(est)
         if held:

@@ -83,7 +83,12 @@ class ServeResult:
 
         s, req = self.setting, self.request
         wl = s.workload
+        from shardwise.requests.serve_notes import header_dict, table_notes
+
+        scaling = self.scaling if pipeline_scaling else None
+        whys = [split.why(label) for label, split in (scaling or {}).items() if split.superlinear]
         return {
+            **header_dict(s.model, s.cluster, wl, req.target.system),
             "workload": {
                 "input_len": wl.input_len if s.mix is None else None,
                 "output_len": wl.output_len if s.mix is None else None,
@@ -117,7 +122,9 @@ class ServeResult:
                     for label, est in self.rows
                 },
             },
-            "notes": list(self.notes),  # what was assumed (the command line prints them on stderr)
+            # what was assumed (the command line prints them on stderr), then what the report prints
+            # under its table (derived expert tp, replicated KV heads, a pipeline's superlinear scaling)
+            "notes": [*self.notes, *table_notes(self.rows), *whys],
             "command": req.command(),
         }
 

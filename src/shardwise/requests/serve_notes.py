@@ -1,0 +1,88 @@
+"""What `serve`'s report says beside its table, as data: the engine and all-reduce kernels the
+header names (`header_dict`) and the notes it prints under the table (`report_notes`), so that
+`serve --json` and `-o` carry them as the text shows them (`requests.serve_result.ServeResult.as_dict`,
+`cli.serve_report`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ENGINE_NAMES = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang"}
+
+
+def all_reduce_use(kernel: str, cluster: Any) -> tuple[str, str]:
+    """Which all-reduce the engine uses on this box (physics/custom_allreduce.py's rules): (kernel
+    name or "", where: "never", "2 GPUs", "small messages")."""
+    import numpy as np
+
+    from shardwise.physics.custom_allreduce import custom_all_reduce_s, is_nvlink_class
+
+    link = cluster.intra_node_link
+    nvlink = is_nvlink_class(link)
+
+    def used(ranks: int) -> bool:  # the engine's rules, on a small message
+        return bool(np.isfinite(custom_all_reduce_s(1024.0, ranks, link, kernel, nvlink, cluster.p2p)))
+
+    if not used(2):
+        return "", "never"
+    return ENGINE_NAMES[kernel], "2 GPUs" if not used(4) else "small messages"
+
+
+def all_reduce_text(kernel: str, cluster: Any) -> str:
+    """The header's words for `all_reduce_use`."""
+    name, where = all_reduce_use(kernel, cluster)
+    if where == "never":
+        return "all-reduce: NCCL"
+    if where == "2 GPUs":
+        return f"all-reduce: {name}'s own kernel for 2 GPUs, NCCL otherwise"
+    return f"all-reduce: {name}'s own kernel on small messages, NCCL above"
+
+
+def header_dict(model: Any, cluster: Any, workload: Any, system: str | None) -> dict[str, Any]:
+    """The report header's names as JSON fields: model, system, GPUs, engine, all-reduce kernels."""
+    from shardwise.engines.engine_presets import engine
+
+    preset = engine(workload.engine)
+    name, where = all_reduce_use(workload.custom_all_reduce, cluster)
+    return {
+        "model": model.name,
+        "system": system,
+        "gpus": int(cluster.num_gpus),
+        "gpu": cluster.gpu.name,
+        "intra_node_link": cluster.intra_node_link.name,
+        "engine": {"name": preset.name, "version": preset.version},
+        "all_reduce": {
+            # the engine's own kernel (null: NCCL only), and where it is used instead of NCCL
+            "custom_kernel": name or None,
+            "custom_used_for": None if where == "never" else where,
+            "otherwise": "nccl",
+        },
+    }
+
+
+def replicated_kv(rows: list[tuple[str, Any]]) -> str:
+    """The plans whose tp is above the KV heads, each head on tp / kv_heads ranks (`rules.kv_replica_rule`)."""
+    kv = [(label, int(e.scenario.plan.tp), int(e.scenario.model.kv_heads)) for label, e in rows]
+    named = [f"{label}: {k} KV heads, each on {t // k} GPUs" for label, t, k in kv if t > k]
+    return f"KV heads replicated (tp above them): {'; '.join(named)}" if named else ""
+
+
+def derived_etp(rows: list[tuple[str, Any]]) -> str:
+    """A line naming the expert tensor-parallel size of each plan that leaves it to be derived
+    (`tp=1,ep=4` on 8 GPUs is etp=2: each GPU holds half of 2 experts, not 2 whole ones), or ""."""
+    derived = [
+        f"{label}: etp={int(est.scenario.plan.etp)}"
+        for label, est in rows
+        if int(est.scenario.plan.ep) > 1 and int(est.scenario.plan.etp) > 1 and "etp=" not in label
+    ]
+    if not derived:
+        return ""
+    return (
+        f"expert tensor parallelism derived (ep x etp = tp, or tp x dp with data-parallel attention): "
+        f"{'; '.join(derived)} (each expert split over etp GPUs; etp=N in --plan to choose)"
+    )
+
+
+def table_notes(rows: list[tuple[str, Any]]) -> list[str]:
+    """The notes printed under the table (derived expert tp, replicated KV heads), those that apply."""
+    return [note for note in (derived_etp(rows), replicated_kv(rows)) if note]
