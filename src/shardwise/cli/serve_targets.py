@@ -137,3 +137,11 @@ def _table(
         slo_percentile=None,
     )
     out.print(f"[dim]in full: {full.command()}[/]")
+    from shardwise.requests.serve_notes import lockstep_cliff
+    from shardwise.units import parse_seconds
+
+    cliff = lockstep_cliff(
+        best, parse_seconds(ttft_max) if ttft_max else None, parse_seconds(tpot_max) if tpot_max else None, pct
+    )
+    if cliff:
+        out.print(f"[yellow]note: {escape(cliff)}[/]")

@@ -363,6 +363,8 @@ class TargetsResult:
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON `serve --ttft-max ... --json` prints."""
+        from shardwise.requests.serve_notes import search_notes
+
         wl = self.setting.workload
         found = self.setting.layouts
         layouts = {
@@ -389,5 +391,6 @@ class TargetsResult:
                 for o in self.options
             ],
             **({"layouts": layouts} if self.compared_layouts else {}),
+            "notes": search_notes(self),
             "command": self.request.command(),
         }

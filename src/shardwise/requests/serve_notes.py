@@ -86,3 +86,42 @@ def derived_etp(rows: list[tuple[str, Any]]) -> str:
 def table_notes(rows: list[tuple[str, Any]]) -> list[str]:
     """The notes printed under the table (derived expert tp, replicated KV heads), those that apply."""
     return [note for note in (derived_etp(rows), replicated_kv(rows)) if note]
+
+
+# a missed percentile more than this many times its value one load below: a step, not a slope
+CLIFF_RATIO = 3.0
+
+
+def lockstep_cliff(option: Any, ttft_max_s: float | None, tpot_max_s: float | None, pct: str) -> str:
+    """The latency search's best (`analyses.serving_targets.Option`) where the next load misses a
+    target that its own load met with room to spare (its percentile at most 1 / CLIFF_RATIO of the
+    target): requests of one fixed length arrive, prefill and finish in lock-step waves, so one
+    more request per replica can push a whole wave's prompts behind another's and the percentile
+    jumps (review 35: p90 TTFT 53.7 ms at 88 users, 540 ms at 96). The search prices fixed lengths
+    only; a mix spreads the waves. "" where there is no such step."""
+    if option is None or option.estimate is None or not option.meets:
+        return ""
+    p = option.estimate.percentiles_s or {}
+    from shardwise.units import format_seconds
+
+    for name, key, limit in (("TTFT", "ttft_s", ttft_max_s), ("TPOT", "tpot_s", tpot_max_s)):
+        if limit is None or f"{name} " not in option.why:
+            continue
+        value = float(p[key][pct])
+        if value * CLIFF_RATIO <= limit:
+            return (
+                f"{option.label}: its {pct} {name} is {format_seconds(value)} at {option.users_per_replica:,} per "
+                f"replica, well inside the target, and the next load tried misses it ({option.why}): a step of fixed "
+                "lengths, the requests prefilling and finishing in lock-step waves; with a mix of lengths the step "
+                "smooths out: check the best with --lengths sharegpt (or your own --lengths FILE.csv) at its "
+                "--concurrency"
+            )
+    return ""
+
+
+def search_notes(found: Any) -> list[str]:
+    """The latency search's notes (`requests.serve.TargetsResult`): what was assumed, and a lock-step
+    step behind the best load (`lockstep_cliff`)."""
+    best = found.options[0] if found.options else None
+    cliff = lockstep_cliff(best, found.ttft_max_s, found.tpot_max_s, found.percentile)
+    return [*found.setting.notes, *([cliff] if cliff else [])]
