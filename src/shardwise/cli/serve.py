@@ -17,6 +17,7 @@ from shardwise.requests.serve import (  # noqa: F401 (the names tests and tools 
     SERVING_FRAMEWORKS,
 )
 from shardwise.requests.serve_plans import scenario as _scenario  # noqa: F401
+from shardwise.specs.request_mix import SHAREGPT_MEAN_INPUT_TOKENS, SHAREGPT_MEAN_OUTPUT_TOKENS
 
 PRECISIONS = list(STORAGE_PRECISIONS)  # weights and KV cache (shardwise.precisions)
 
@@ -41,8 +42,10 @@ serving_options = _stack(
         show_default=True,
         metavar="fixed|sharegpt|FILE.csv",
         help="Request lengths (in-flight batching): fixed (every request --input-len and --output-len); sharegpt "
-        "(drawn per request as vLLM's and SGLang's benchmarks sample ShareGPT: mean 224 prompt and 198 new tokens, "
-        "log-normal, within the model's context); or a CSV with columns input_len,output_len (one request per row, "
+        "(drawn per request as vLLM's and SGLang's benchmarks sample ShareGPT: mean "
+        f"{SHAREGPT_MEAN_INPUT_TOKENS:.0f} prompt and {SHAREGPT_MEAN_OUTPUT_TOKENS:.0f} new tokens, log-normal, "
+        "within the model's context; a run prices its own draws' means, which the report names, within about 1%); "
+        "or a CSV with columns input_len,output_len (one request per row, "
         "or a histogram with a count column), drawn with replacement.",
     ),
     click.option(

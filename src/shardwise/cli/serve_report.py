@@ -71,7 +71,7 @@ def print_estimates(
     for label, est in rows:
         fits = bool(est.fits_in_memory)
         style = None if fits else "red"
-        name = replicas_label(label, int(est.scenario.plan.dp))
+        name = replicas_label(label, int(est.scenario.plan.dp), est.scenario.plan)
         table.add_row(
             name if fits else f"{name} [does not fit]",
             _count(est.mean_running) if not users else f"{int(est.workload.batch)}",
@@ -88,14 +88,7 @@ def print_estimates(
     out.print(
         "[dim]TTFT: time to first token (prefill); TPOT: time per output token (decode); latency: end to end "
         "per request; tok/s: generated tokens per second, all replicas; max batch: sequences per replica that "
-        "fit the KV cache"
-        + (
-            f"; {'users: requests kept in flight, all replicas (those beyond the running wait in the queue)' if users else 'running: requests admitted, time-weighted mean, all replicas'}"
-            "; memory: the weights and the KV cache the engine pre-allocates at start, however full"
-            if inflight
-            else ""
-        )
-        + "[/]"
+        "fit the KV cache" + (f"; {USERS_NOTE if users else RUNNING_NOTE}; {POOL_NOTE}" if inflight else "") + "[/]"
     )
     for note in table_notes(rows):
         out.print(f"[dim]{note}[/]")
@@ -139,6 +132,9 @@ def print_estimates(
         out.print(f"figure: {figure}")
 
 
+USERS_NOTE = "users: requests kept in flight, all replicas (those beyond the running wait in the queue)"
+RUNNING_NOTE = "running: requests admitted, time-weighted mean, all replicas"
+POOL_NOTE = "memory: the weights and the KV cache the engine pre-allocates at start, however full"
 # the parts of an iteration (or output token) as the report names them
 PART_NAMES = {"tp_comm": "tp comm", "pp_p2p": "pp sends", "pp_wait": "pp wait"}
 PP_WAIT_NOTE = (
@@ -204,7 +200,8 @@ def _lengths_text(workload: Any, rows: list[tuple[str, Any]], mix: Any) -> str:
         return f"{workload.input_len} prompt + {workload.output_len} new tokens per request"
     est = rows[0][1]
     return (
-        f"request lengths {mix.name} (mean {est.mean_input_len:,.0f} prompt + {est.mean_output_len:,.0f} new tokens; "
+        f"request lengths {mix.name} (drawn, mean {est.mean_input_len:,.0f} prompt + {est.mean_output_len:,.0f} new "
+        "tokens; "
         f"{mix.source})"
     )
 
@@ -260,7 +257,9 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
         def pct(key: str, p: dict[str, dict[str, float]] = p) -> str:
             return " / ".join(_time(v) for v in p[key].values())
 
-        dec = est.decode_s  # sums over the run's iterations, weighted by their decodes (`engines.inflight.decode_parts`)
+        dec = (
+            est.decode_s
+        )  # sums over the run's iterations, weighted by their decodes (`engines.inflight.decode_parts`)
         total = sum(dec.values()) or 1.0
         parts = ", ".join(f"{_part(k, est)} {v / total:.0%}" for k, v in dec.items() if v > 0)
         budget = int(est.round_tokens) or int(est.max_batched_tokens)
@@ -354,4 +353,5 @@ def _engine_text(workload: Any) -> str:
     from shardwise.engines.engine_presets import engine
 
     preset = engine(workload.engine)
-    return f"engine {preset.name} {preset.version}; "
+    version = "" if preset.version in ("", "-") else f" {preset.version}"  # plain PyTorch has none
+    return f"engine {preset.name}{version}; "

@@ -88,11 +88,13 @@ def launch(
     version: str = VERSIONS[0],
     max_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
+    asked: int | None = None,
 ) -> Launch:
     """The server of one replica for the priced serving estimate's scenario and workload. Under
     in-flight batching `max_batched_tokens` is the chunk budget it was priced with and
     `max_num_seqs` the sequences one replica ran at once (`engines.inflight`); without them the
-    plan is a static batch: its prompts prefilled at once, every sequence at once."""
+    plan is a static batch: its prompts prefilled at once, every sequence at once. `asked`: the
+    requests in flight the estimate was asked for (--concurrency), where they size --max-num-seqs."""
     m, p, wl = scn.model, scn.plan, workload
     if not model_id:
         raise EmitError(
@@ -142,6 +144,13 @@ def launch(
     if budget is None:  # static batching prices each batch's prompts prefilled at once
         budget = max(per_replica * i(wl.input_len), max_len)
     notes = []
+    asked = i(wl.batch) if max_num_seqs is None else asked
+    if asked is not None and per_replica == -(-asked // dp):  # a copied command runs no more at once
+        notes.append(
+            f"--max-num-seqs {per_replica}: sized for the load asked, --concurrency {asked:,} ({per_replica:,} per "
+            f"{'rank' if dp_attention else 'replica'}): the server runs no more at once; raise it (or price a "
+            "larger --concurrency) to serve more"
+        )
     if wl.weight_precision in PREQUANTISED:
         notes.append(f"weights {wl.weight_precision}: {PREQUANTISED[wl.weight_precision]}")
     if dp_attention and nodes:

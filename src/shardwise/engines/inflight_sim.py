@@ -161,7 +161,9 @@ def simulate(
             lockstep, inputs, outputs, slots, closed, arrival, issued, max_batched_tokens, blocks, free, chunk_tokens,
             decodes_share_budget,
         )  # fmt: skip
-    admitted, first, done, arrival, clock, produced, t, busy, running_area, decode_area, prompt_area, iterations = run[:12]
+    admitted, first, done, arrival, clock, produced, t, busy, running_area, decode_area, prompt_area, iterations = run[
+        :12
+    ]
     start = int(WARMUP_SHARE * n)
     measured = slice(start, n)
     ttft = first[measured] - arrival[measured]

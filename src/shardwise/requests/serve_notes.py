@@ -125,3 +125,41 @@ def search_notes(found: Any) -> list[str]:
     best = found.options[0] if found.options else None
     cliff = lockstep_cliff(best, found.ttft_max_s, found.tpot_max_s, found.percentile)
     return [*found.setting.notes, *([cliff] if cliff else [])]
+
+
+# the --plan keys a serving plan takes (`requests.serve.ServeRequest.setting` refuses the others)
+SERVING_PLAN_KEYS = ("tp", "pp", "cp", "first", "last", "ep", "etp")
+
+
+def serving_terms(message: str, spec: Any = None, gpus: int = 0) -> str:
+    """A plan's refusal, written for training plans, in serving's terms: the --plan keys serving
+    takes, no virtual stages ("pp=2, vpp=1"), first=/last= for the end stages' layers; an ep above
+    what data-parallel attention spreads over under a pipeline said as such (the experts go over
+    one stage's GPUs, tp x dp = GPUs / pp)."""
+    import re
+
+    from shardwise.specs.experiment import PlanSpec
+
+    keys = ", ".join(PlanSpec.KEYS)
+    message = message.replace(f"KEY one of {keys}", f"KEY one of {', '.join(SERVING_PLAN_KEYS)} (serving)")
+    message = re.sub(r"(\(pp=\d+), vpp=1\)", r"\1)", message)
+    message = message.replace("change first/last_stage_layers", "change first= / last=")
+    message = message.replace(" per model chunk: use", ": use")
+    if spec is not None and "data-parallel attention" in message and int(spec.pp) > 1 and gpus:
+        pp, tp = int(spec.pp), int(spec.tp)
+        message += (
+            f"; under pp={pp} data-parallel attention spreads the experts over one pipeline stage's "
+            f"{gpus // pp} GPUs, not all {gpus} (engines run it without a pipeline: tp={tp},ep={gpus})"
+        )
+    return message
+
+
+def serving_specs(texts: Any) -> list[Any]:
+    """The --plan texts parsed (`loaders.parse_plan_spec`), a refusal in serving's terms (`serving_terms`)."""
+    from shardwise.errors import SpecError
+    from shardwise.loaders import parse_plan_spec
+
+    try:
+        return [parse_plan_spec(t) for t in texts]
+    except SpecError as exc:
+        raise SpecError(serving_terms(str(exc))) from None

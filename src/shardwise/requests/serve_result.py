@@ -133,6 +133,8 @@ def priced(request: Any, s: Any, progress: Callable[..., Any] | None = None) -> 
     """Every plan of the setting priced; one invalid plan does not stop the others. `progress()` is
     called after each plan, and after each pipeline plan's scaling split when `scaling` is read
     (`progress_steps` of them in all, for a progress bar)."""
+    from shardwise.requests.serve_notes import serving_terms
+
     rows, invalid = [], []
     built: dict[str, Any] = {}  # in flight, each plan's replica, kept for its pipeline-scaling split
     for spec in s.specs:
@@ -143,7 +145,7 @@ def priced(request: Any, s: Any, progress: Callable[..., Any] | None = None) -> 
                 raise SpecError(why)  # said as predict and plan say it, not as the cut domain's gpus_per_node
             rows.append(_estimate(s, spec, request.max_throughput, built))
         except SpecError as exc:
-            invalid.append((spec.label, str(exc)))
+            invalid.append((spec.label, serving_terms(str(exc), spec, int(s.cluster.num_gpus))))
         if progress is not None:
             progress()
     rows, dropped = _without_twins(rows, s.layouts.twins if s.layouts is not None else {})
@@ -324,6 +326,7 @@ def _launch(est: Any, emit: str | None, model_id: str | None) -> dict[str, Any] 
         model_id,
         max_batched_tokens=int(est.max_batched_tokens),
         max_num_seqs=est.running_per_replica,
+        asked=est.users,
     ).as_dict()
 
 
