@@ -144,13 +144,6 @@ def launch(
     if budget is None:  # static batching prices each batch's prompts prefilled at once
         budget = max(per_replica * i(wl.input_len), max_len)
     notes = []
-    asked = i(wl.batch) if max_num_seqs is None else asked
-    if asked is not None and per_replica == -(-asked // dp):  # a copied command runs no more at once
-        notes.append(
-            f"--max-num-seqs {per_replica}: sized for the load asked, --concurrency {asked:,} ({per_replica:,} per "
-            f"{'rank' if dp_attention else 'replica'}): the server runs no more at once; raise it (or price a "
-            "larger --concurrency) to serve more"
-        )
     if wl.weight_precision in PREQUANTISED:
         notes.append(f"weights {wl.weight_precision}: {PREQUANTISED[wl.weight_precision]}")
     if dp_attention and nodes:
@@ -180,6 +173,13 @@ def launch(
             f"one replica spans {servers} servers: start a Ray cluster over them first (`ray start --head` on "
             "one, `ray start --address=HEAD:6379` on the others) and run this on the head server (or vLLM's "
             "--nnodes/--node-rank/--master-addr, --headless on the others)"
+        )
+    asked = i(wl.batch) if max_num_seqs is None else asked
+    if asked is not None and per_replica == -(-asked // dp):  # a copied command runs no more at once
+        notes.append(
+            f"--max-num-seqs {per_replica}: sized for the load asked, --concurrency {asked:,} ({per_replica:,} per "
+            f"{'rank' if dp_attention else 'replica'}): the server runs no more at once; raise it (or price a "
+            "larger --concurrency) to serve more"
         )
     env: tuple[tuple[str, str], ...] = ()
     if pp > 1:

@@ -79,11 +79,11 @@ class ServeResult:
     def as_dict(self, pipeline_scaling: bool = True) -> dict[str, Any]:
         """The JSON `serve --json` prints (`pipeline_scaling=False`: without each pipeline plan's
         PP(k) / PP(1) split, which prices two more replicas per plan: the explorer's page)."""
-        from shardwise import export
+        from shardwise.export_serving import serving_dict
+        from shardwise.requests.serve_notes import header_dict, table_notes
 
         s, req = self.setting, self.request
         wl = s.workload
-        from shardwise.requests.serve_notes import header_dict, table_notes
 
         scaling = self.scaling if pipeline_scaling else None
         whys = [split.why(label) for label, split in (scaling or {}).items() if split.superlinear]
@@ -99,7 +99,7 @@ class ServeResult:
             },
             "plans": [
                 {
-                    **export.serving_dict(label, est, *self.spreads[label]),
+                    **serving_dict(label, est, *self.spreads[label]),
                     "would_fit": self.hints.get(label),
                     "launch": self.launches.get(label),
                     **(
