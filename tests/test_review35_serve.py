@@ -89,8 +89,8 @@ def test_a_pipelines_iteration_is_a_round_and_its_budget_says_so(cli):
     assert 0 < p["mean_prompt_tokens_per_iteration"] <= p["iteration_budget_tokens"]
     _, out, _ = cli(["serve", *args])
     text = " ".join(out.split())
-    assert "8,192 tokens per micro-batch; under pp an iteration is a round of them" in text
-    assert "a round of 8 micro-batches, <= 65,536 tokens" in text
+    assert "(<= 8,192 tokens a micro-batch, pp a round)" in text
+    assert "pp=8: TTFT" in text and "prompt tokens a round) = compute" in text
 
 
 # --- finding 6: -o/--output, --csv, the header and notes in JSON --------------------------------------
@@ -153,7 +153,7 @@ def test_the_load_column_is_users_or_the_mean_running_and_memory_is_the_kv_pool(
     code, out, err = cli(["serve", *H100_70B, "--plan", "tp=8", "--max-throughput", "--requests", "100"])
     head = out.split("────")[0]
     assert "running" in head and "(mean)" in head and "users" not in head
-    assert "the KV cache the engine pre-allocates" in " ".join(out.split())
+    assert "memory: weights + the engine's KV pool" in " ".join(out.split())
     one = _plan(cli, [*H100_70B, "--plan", "tp=8"])
     memory = one["memory_bytes"]
     # one request fills a sliver of the pool the engine allocated at start (TensorRT-LLM: 90% of the free memory)

@@ -132,9 +132,9 @@ def print_estimates(
         out.print(f"figure: {figure}")
 
 
-USERS_NOTE = "users: requests kept in flight, all replicas (those beyond the running wait in the queue)"
-RUNNING_NOTE = "running: requests admitted, time-weighted mean, all replicas"
-POOL_NOTE = "memory: the weights and the KV cache the engine pre-allocates at start, however full"
+USERS_NOTE = "users: requests in flight, queued ones too"
+RUNNING_NOTE = "running: requests admitted, mean over time"
+POOL_NOTE = "memory: weights + the engine's KV pool"
 # the parts of an iteration (or output token) as the report names them
 PART_NAMES = {"tp_comm": "tp comm", "pp_p2p": "pp sends", "pp_wait": "pp wait"}
 PP_WAIT_NOTE = (
@@ -239,7 +239,7 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
         )
     )
     rounds = any(int(est.round_tokens) > int(est.max_batched_tokens) for _, est in rows)
-    per = " per micro-batch; under pp an iteration is a round of them" if rounds else " per iteration"
+    per = " a micro-batch, pp a round" if rounds else " per iteration"
     simulated = (
         f"medians of {first.simulated_requests:,} simulated requests per replica"
         if first.simulated_requests
@@ -257,23 +257,17 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
         def pct(key: str, p: dict[str, dict[str, float]] = p) -> str:
             return " / ".join(_time(v) for v in p[key].values())
 
-        dec = (
-            est.decode_s
-        )  # sums over the run's iterations, weighted by their decodes (`engines.inflight.decode_parts`)
+        dec = est.decode_s  # over the run's iterations, weighted by decodes (`engines.inflight.decode_parts`)
         total = sum(dec.values()) or 1.0
-        parts = ", ".join(f"{_part(k, est)} {v / total:.0%}" for k, v in dec.items() if v > 0)
-        budget = int(est.round_tokens) or int(est.max_batched_tokens)
-        it = (
-            f"an iteration (a round of {int(est.scenario.plan.pp)} micro-batches, <= {budget:,} tokens; "
-            if budget > int(est.max_batched_tokens)
-            else "an iteration ("
-        )
+        # a decode token's wait by part; those under half a percent left out (the JSON has them)
+        parts = ", ".join(f"{_part(k, est)} {v / total:.0%}" for k, v in dec.items() if v / total >= 0.005)
+        it = "a round" if int(est.round_tokens) > int(est.max_batched_tokens) else "an iteration"
         queue = est.prefill_s["queueing"]
         waits = f" (queueing {format_seconds(queue)} of the median)" if queue > 0 else ""
         out.print(
             f"  {label}: TTFT p50/p90/p99 {pct('ttft_s')}{waits}, TPOT {pct('tpot_s')}; up to "
-            f"{est.max_request_rate_per_s:,.3g} requests/s; {it}+{est.mean_prompt_tokens:,.0f} prompt "
-            f"tokens, the mean) = {parts} of a decode token's wait"
+            f"{est.max_request_rate_per_s:,.3g} requests/s; a token's wait (+{est.mean_prompt_tokens:,.0f} prompt "
+            f"tokens {it}) = {parts}"
         )
         held = closed_loop_queue(est)
         if held:
