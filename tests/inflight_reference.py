@@ -69,6 +69,7 @@ def run_arrays(
     t = tokens = 0.0
     clock, produced = [0.0], [0.0]  # (time, tokens generated) after each step
     busy = running_area = decode_area = prompt_area = 0.0
+    visits: dict[tuple[int, int], int] = {}  # iterations by (decodes, prompt tokens), first seen first
     while finished < n:
         if nxt < issued and arrival[nxt] <= t and len(running) < slots:  # admit, first come first served
             end = min(issued, nxt + slots - len(running))
@@ -104,6 +105,7 @@ def run_arrays(
             steps = max(steps, 1)
         t += steps * dt
         iterations += steps
+        visits[(d, q)] = visits.get((d, q), 0) + steps
         busy += steps * dt
         running_area += steps * dt * len(running)
         decode_area += steps * dt * d
@@ -131,5 +133,17 @@ def run_arrays(
                 arrival[issued : issued + fresh] = t
                 issued += fresh
     return Run(
-        admitted, first, done, arrival, clock, produced, t, busy, running_area, decode_area, prompt_area, iterations
+        admitted,
+        first,
+        done,
+        arrival,
+        clock,
+        produced,
+        t,
+        busy,
+        running_area,
+        decode_area,
+        prompt_area,
+        iterations,
+        visits,
     )

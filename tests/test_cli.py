@@ -119,7 +119,7 @@ def test_preset_overrides(cli):
         (["--system", "dgx-a10"], "closest: dgx-a100"),
         (["--tp", "3"], "--tp x --pp = 3 does not divide the 8 GPUs"),
         (["--tp", "8", "--global-batch", "6", "--dp", "4", "--num-gpus", "32"], "global_batch: 6 is not divisible"),
-        (["--zero", "5"], "'--zero': 5 is not in the range"),
+        (["--zero", "5"], "--zero: 5 is not allowed; it must be a whole number from 0 to 3"),
         (["--intra-link", "fast"], "--intra-link: unknown link 'fast'"),
         (["--nodes", "2", "--num-gpus", "8"], "--nodes 2 x 8 GPUs per server = 16, but --num-gpus is 8"),
         (["--seq-len", "0"], "seq_len: 0 is not allowed"),

@@ -126,7 +126,7 @@ def test_serve_names_the_expert_tp_it_derived():
     report says so below the table; an etp given, or derived as 1, is not repeated."""
     from types import SimpleNamespace
 
-    from shardwise.cli.serve_report import _derived_etp
+    from shardwise.requests.serve_notes import derived_etp as _derived_etp
 
     rows = [(label, SimpleNamespace(scenario=scenario(tp, ep, dp))) for label, tp, ep, dp in
             [("tp=1,ep=4", 1, 4, 8), ("tp=1,ep=8", 1, 8, 8), ("tp=4,ep=4", 4, 4, 2), ("tp=8", 8, 1, 1)]]  # fmt: skip

@@ -162,7 +162,7 @@ def test_serve_says_which_plans_replicate_the_kv_heads():
     heads: each on 2 GPUs); one with tp at or below them is not."""
     from types import SimpleNamespace
 
-    from shardwise.cli.serve_report import _replicated_kv
+    from shardwise.requests.serve_notes import replicated_kv as _replicated_kv
 
     model = presets.model("llama3-70b")
 

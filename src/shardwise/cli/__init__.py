@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.exceptions.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
+        click.echo(f"error: {_out_of_range(exc) or exc.format_message()}", err=True)
         sys.exit(2)
     except USER_ERRORS as exc:
         click.echo(f"error: {exc}", err=True)
@@ -173,6 +173,30 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _out_of_range(exc: click.exceptions.ClickException) -> str:
+    """A number outside an option's click range said as our own checks say it ("--seed: -1 is not
+    allowed; it must be a whole number from 0 to 4294967295"), not click's "Invalid value for
+    '--seed': -1 is not in the range 0<=x<=4294967295."; "" for any other error."""
+    param = getattr(exc, "param", None)
+    kind = getattr(param, "type", None)
+    if not isinstance(kind, click.IntRange | click.FloatRange) or " is not in the range" not in exc.message:
+        return ""
+    value = exc.message.split(" is not in the range")[0]
+    name = max(param.opts, key=len) if param.opts else param.name
+    what = "a whole number" if isinstance(kind, click.IntRange) else "a number"
+    low = None if kind.min is None else f"{'above' if kind.min_open else 'from'} {kind.min}"
+    high = None if kind.max is None else f"{'below' if kind.max_open else 'to'} {kind.max}"
+    if low and high:
+        bound = f"{low} {high}" if not kind.min_open and not kind.max_open else f"{low} and {high}"
+    else:
+        bound = (
+            {"from": ">=", "above": ">", "to": "<=", "below": "<"}[(low or high).split()[0]]
+            + " "
+            + ((low or high).split()[1])
+        )
+    return f"{name}: {value} is not allowed; it must be {what} {bound}"
 
 
 # a write that failed for want of room or a device, not a bug: EIO, ENOSPC, EFBIG, EDQUOT

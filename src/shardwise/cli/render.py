@@ -32,6 +32,8 @@ BREAKDOWN_LABELS = {
 # columns, the width the documentation's console blocks are made at (tools/readme.py sets
 # COLUMNS=100), so piped output reads as the docs do.
 PIPED_WIDTH = 100
+# the widest a piped table is printed at its own width (`_Console.natural_tables`)
+MAX_NATURAL_WIDTH = 400
 
 
 class _Rstripped:
@@ -72,9 +74,30 @@ class _Console(Console):
     """rich's Console, whose closed pipe ends the command as every other write to one does
     (`cli.main`: status 0, no message, as `| head -1` expects), not with rich's own status 1."""
 
+    # piped with no COLUMNS given: a table wider than the default width is printed whole, at its own
+    # width, not wrapped cell by cell into a column of fragments (review 35: `validate
+    # inference_scaling | less` ran to 700 lines); a terminal's width, or COLUMNS, still binds
+    natural_tables = False
+
     def on_broken_pipe(self) -> None:
         self.quiet = True
         raise BrokenPipeError
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        tables = [o for o in objects if isinstance(o, Table)] if self.natural_tables else []
+        if not tables:
+            super().print(*objects, **kwargs)
+            return
+        from rich.measure import Measurement
+
+        wide = self.options.update(width=MAX_NATURAL_WIDTH)
+        need = max(Measurement.get(self, wide, t).maximum for t in tables)
+        width = self.width
+        self.width = max(width, min(need, MAX_NATURAL_WIDTH))
+        try:
+            super().print(*objects, **kwargs)
+        finally:
+            self.width = width
 
 
 def console() -> Console:
@@ -83,7 +106,9 @@ def console() -> Console:
 
     if sys.stdout.isatty():
         return _Console(highlight=False, soft_wrap=False)
-    return _Console(highlight=False, soft_wrap=False, width=piped_width(os.environ), file=_Rstripped(sys.stdout))
+    out = _Console(highlight=False, soft_wrap=False, width=piped_width(os.environ), file=_Rstripped(sys.stdout))
+    out.natural_tables = not os.environ.get("COLUMNS", "").strip().isdigit()
+    return out
 
 
 def progress_console() -> Console:
@@ -266,7 +291,8 @@ def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | N
     )
     head.add_row(  # the older published convention (Eq. 3), beside ours, so neither is compared blindly
         "  whole attention square",
-        f"{_f(est.model_tflops_per_gpu_full_attention):.1f}   (Eq. 3: Megatron-LM before core 0.12, Megatron-DeepSpeed)",
+        f"{_f(est.model_tflops_per_gpu_full_attention):.1f}   "
+        "(Eq. 3: Megatron-LM before core 0.12, Megatron-DeepSpeed)",
     )
     head.add_row(
         "hardware TFLOP/s per GPU",

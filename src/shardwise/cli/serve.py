@@ -7,6 +7,8 @@ from typing import Any
 import click
 
 from shardwise.cli.options import _stack, alias_option, cluster_options, model_options
+from shardwise.cli.output import output_option
+from shardwise.cli.serve_output import OUTPUT_FORMATS
 from shardwise.precisions import STORAGE_PRECISIONS
 from shardwise.requests.serve import (  # noqa: F401 (the names tests and tools read here)
     FRAMEWORK_ALL_REDUCE,
@@ -15,6 +17,7 @@ from shardwise.requests.serve import (  # noqa: F401 (the names tests and tools 
     SERVING_FRAMEWORKS,
 )
 from shardwise.requests.serve_plans import scenario as _scenario  # noqa: F401
+from shardwise.specs.request_mix import SHAREGPT_MEAN_INPUT_TOKENS, SHAREGPT_MEAN_OUTPUT_TOKENS
 
 PRECISIONS = list(STORAGE_PRECISIONS)  # weights and KV cache (shardwise.precisions)
 
@@ -39,8 +42,10 @@ serving_options = _stack(
         show_default=True,
         metavar="fixed|sharegpt|FILE.csv",
         help="Request lengths (in-flight batching): fixed (every request --input-len and --output-len); sharegpt "
-        "(drawn per request as vLLM's and SGLang's benchmarks sample ShareGPT: mean 224 prompt and 198 new tokens, "
-        "log-normal, within the model's context); or a CSV with columns input_len,output_len (one request per row, "
+        "(drawn per request as vLLM's and SGLang's benchmarks sample ShareGPT: mean "
+        f"{SHAREGPT_MEAN_INPUT_TOKENS:.0f} prompt and {SHAREGPT_MEAN_OUTPUT_TOKENS:.0f} new tokens, log-normal, "
+        "within the model's context; a run prices its own draws' means, which the report names, within about 1%); "
+        "or a CSV with columns input_len,output_len (one request per row, "
         "or a histogram with a count column), drawn with replacement.",
     ),
     click.option(
@@ -176,6 +181,8 @@ serving_options = _stack(
     help="The second link of the frontier figure.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the estimates as JSON.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print the estimates as CSV, one row per plan (the --json fields).")
+@output_option(OUTPUT_FORMATS, "the estimates: the --json answer, or one CSV row per plan", stdout="the CSV")
 @click.option(
     "--with-frontier",
     is_flag=True,
@@ -197,6 +204,8 @@ def serve(
     frontier_path: str | None,
     frontier_link: str,
     as_json: bool,
+    as_csv: bool,
+    output_path: str | None,
     **options: Any,
 ) -> None:
     """Time to first token, time per output token, end-to-end latency, throughput and memory of
@@ -209,10 +218,13 @@ def serve(
           --kv-precision fp8 --input-len 2048 --output-len 2048 --max-throughput
       shardwise serve --model gpt-96l-4096h --system a100-pcie-8x --plan tp=8 --plan pp=8 --plot frontier.png
     """
+    from shardwise.cli import serve_output
     from shardwise.cli.options import echo_notes
     from shardwise.presets import parse_link_spec
     from shardwise.requests.serve import ServeRequest
 
+    serve_output.check(output_path, as_csv, as_json)
+    quiet = as_json or as_csv or output_path == "-"  # the answer alone on stdout
     if frontier_path is not None:
         from shardwise.cli.options import check_output_path
 
@@ -234,8 +246,11 @@ def serve(
         from shardwise.cli.render import progress_bar
         from shardwise.cli.serve_targets import print_targets
 
-        with progress_bar(request.search_size(setting), "plans x precisions", disable=as_json) as advance:
+        with progress_bar(request.search_size(setting), "plans x precisions", disable=quiet) as advance:
             found = request.search(setting, advance)
+        serve_output.write(found.as_dict(), output_path, as_csv)
+        if as_csv or output_path == "-":
+            return
         if as_json:
             from shardwise import export
 
@@ -247,7 +262,7 @@ def serve(
     from shardwise.requests.serve_result import priced, progress_steps
 
     # in flight each plan's run of traffic is simulated (seconds each on a long --requests): a bar
-    with progress_bar(progress_steps(setting), "plans", disable=as_json or setting.traffic is None) as advance:
+    with progress_bar(progress_steps(setting), "plans", disable=quiet or setting.traffic is None) as advance:
         result = priced(request, setting, advance)
         if not as_json:
             result.scaling  # noqa: B018 (priced here, under the bar; the report reads it)
@@ -268,6 +283,10 @@ def serve(
             s.traffic is not None,
             s.mix,
         )
+    if as_csv or output_path is not None:
+        serve_output.write(result.as_dict(), output_path, as_csv)
+        if as_csv or output_path == "-":
+            return
     if as_json:
         from shardwise import export
 

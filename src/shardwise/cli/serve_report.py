@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.cli.serve_caps import cap_name, closed_loop_queue, engine_capped
+from shardwise.requests.serve_notes import all_reduce_text, table_notes
 
 
 def print_estimates(
@@ -40,7 +41,7 @@ def print_estimates(
         f"inside a server{across}); {_lengths_text(workload, rows, mix)}{beyond}; "
         f"weights {workload.weight_precision} (GEMMs in {rows[0][1].scenario.plan.precision}), KV cache "
         f"{workload.kv_precision}; {_engine_text(workload)}runtime {workload.runtime}; "
-        + _all_reduce_text(workload.custom_all_reduce, cluster)
+        + all_reduce_text(workload.custom_all_reduce, cluster)
         + ("" if cluster.p2p else "; P2P off (NCCL through host memory)")
         + _pcie_text(cluster)
         + ("" if cluster.nvls or not cluster.intra_node_link.nvls_efficiency else "; NVLS off")
@@ -49,10 +50,12 @@ def print_estimates(
     if over:
         out.print(f"[yellow]note: {over} (--seq-len to change it)[/]")
     inflight = rows[0][1].batching == "inflight"
+    # one meaning per column: a closed loop's users (queued ones too), or the mean requests running
+    users = not inflight or rows[0][1].users is not None
     table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for col in (
         "plan",
-        "in flight" if inflight else "batch",
+        ("users" if users else "running\n(mean)") if inflight else "batch",
         "TTFT",
         "TPOT",
         "latency",
@@ -68,12 +71,12 @@ def print_estimates(
     for label, est in rows:
         fits = bool(est.fits_in_memory)
         style = None if fits else "red"
-        name = replicas_label(label, int(est.scenario.plan.dp))
+        name = replicas_label(label, int(est.scenario.plan.dp), est.scenario.plan)
         # a plan that does not fit has no times or rates: "-", in every mode (JSON: null)
         timed = fits and math.isfinite(float(est.tpot_s))
         table.add_row(
             name if fits else f"{name} [does not fit]",
-            _count(est.mean_running) if inflight and est.users is None else f"{int(est.workload.batch)}",
+            _count(est.mean_running) if not users else f"{int(est.workload.batch)}",
             format_seconds(float(est.ttft_s)) if fits else "-",
             _time(est.tpot_s) if fits else "-",
             format_seconds(float(est.e2e_s)) if fits else "-",
@@ -87,11 +90,10 @@ def print_estimates(
     out.print(
         "[dim]TTFT: time to first token (prefill); TPOT: time per output token (decode); latency: end to end "
         "per request; tok/s: generated tokens per second, all replicas; max batch: sequences per replica that "
-        "fit the KV cache[/]"
+        "fit the KV cache" + (f"; {USERS_NOTE if users else RUNNING_NOTE}; {POOL_NOTE}" if inflight else "") + "[/]"
     )
-    for note in (_derived_etp(rows), _replicated_kv(rows)):
-        if note:
-            out.print(f"[dim]{note}[/]")
+    for note in table_notes(rows):
+        out.print(f"[dim]{note}[/]")
     if inflight:
         _print_inflight(out, rows)
     from shardwise.calibration.spreads import Z80
@@ -132,6 +134,9 @@ def print_estimates(
         out.print(f"figure: {figure}")
 
 
+USERS_NOTE = "users: requests in flight, queued ones too"
+RUNNING_NOTE = "running: requests admitted, mean over time"
+POOL_NOTE = "memory: weights + the engine's KV pool"
 # the parts of an iteration (or output token) as the report names them
 PART_NAMES = {"tp_comm": "tp comm", "pp_p2p": "pp sends", "pp_wait": "pp wait"}
 PP_WAIT_NOTE = (
@@ -144,29 +149,6 @@ HOST_WAIT_NOTE = (
     "host wait: the GPU idle while the engine's process prepares the next step, one stage's host work outlasting "
     "its GPU work (h_0 + h_1 per request; engines/pipeline.py overlapped_host_floor_s)"
 )
-
-
-def _replicated_kv(rows: list[tuple[str, Any]]) -> str:
-    """The plans whose tp is above the KV heads, each head on tp / kv_heads ranks (`rules.kv_replica_rule`)."""
-    kv = [(label, int(e.scenario.plan.tp), int(e.scenario.model.kv_heads)) for label, e in rows]
-    named = [f"{label}: {k} KV heads, each on {t // k} GPUs" for label, t, k in kv if t > k]
-    return f"KV heads replicated (tp above them): {'; '.join(named)}" if named else ""
-
-
-def _derived_etp(rows: list[tuple[str, Any]]) -> str:
-    """A line naming the expert tensor-parallel size of each plan that leaves it to be derived
-    (`tp=1,ep=4` on 8 GPUs is etp=2: each GPU holds half of 2 experts, not 2 whole ones), or ""."""
-    derived = [
-        f"{label}: etp={int(est.scenario.plan.etp)}"
-        for label, est in rows
-        if int(est.scenario.plan.ep) > 1 and int(est.scenario.plan.etp) > 1 and "etp=" not in label
-    ]
-    if not derived:
-        return ""
-    return (
-        f"expert tensor parallelism derived (ep x etp = tp, or tp x dp with data-parallel attention): "
-        f"{'; '.join(derived)} (each expert split over etp GPUs; etp=N in --plan to choose)"
-    )
 
 
 def _part(key: str, est: Any = None) -> str:
@@ -221,7 +203,7 @@ def _lengths_text(workload: Any, rows: list[tuple[str, Any]], mix: Any) -> str:
     from shardwise.requests.serve_result import mix_means
 
     mean_in, mean_out = mix_means(mix, rows[0][1])
-    return f"request lengths {mix.name} (mean {mean_in:,.0f} prompt + {mean_out:,.0f} new tokens; {mix.source})"
+    return f"request lengths {mix.name} (drawn, mean {mean_in:,.0f} prompt + {mean_out:,.0f} new tokens; {mix.source})"
 
 
 def _time(seconds: Any) -> str:
@@ -234,29 +216,6 @@ def _time(seconds: Any) -> str:
 
 def _count(x: float) -> str:
     return f"{x:,.0f}" if x >= 10 else f"{x:.2g}"
-
-
-ENGINE_NAMES = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang"}
-
-
-def _all_reduce_text(kernel: str, cluster: Any) -> str:
-    """Which all-reduce the engine uses on this box (physics/custom_allreduce.py's rules)."""
-    import numpy as np
-
-    from shardwise.physics.custom_allreduce import custom_all_reduce_s, is_nvlink_class
-
-    link = cluster.intra_node_link
-    nvlink = is_nvlink_class(link)
-
-    def used(ranks: int) -> bool:  # the engine's rules, on a small message
-        return bool(np.isfinite(custom_all_reduce_s(1024.0, ranks, link, kernel, nvlink, cluster.p2p)))
-
-    if not used(2):
-        return "all-reduce: NCCL"
-    name = ENGINE_NAMES[kernel]
-    if not used(4):
-        return f"all-reduce: {name}'s own kernel for 2 GPUs, NCCL otherwise"
-    return f"all-reduce: {name}'s own kernel on small messages, NCCL above"
 
 
 def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
@@ -279,9 +238,16 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
             "requests started spread over one request's lifetime, not sent in one burst)"
         )
     )
+    rounds = any(int(est.round_tokens) > int(est.max_batched_tokens) for _, est in rows)
+    per = " a micro-batch, pp a round" if rounds else " per iteration"
+    simulated = (
+        f"medians of {first.simulated_requests:,} simulated requests per replica"
+        if first.simulated_requests
+        else "no plan fits: nothing simulated"
+    )
     out.print(
-        f"[dim]in-flight batching, chunked prefill (<= {first.max_batched_tokens:,} tokens per iteration), {how}: "
-        f"medians of {first.simulated_requests:,} simulated requests per replica (--batching static: one batch)[/]"
+        f"[dim]in-flight batching, chunked prefill (<= {first.max_batched_tokens:,} tokens{per}), {how}: "
+        f"{simulated} (--batching static: one batch)[/]"
     )
     for label, est in rows:
         if not bool(est.fits_in_memory):
@@ -291,15 +257,17 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
         def pct(key: str, p: dict[str, dict[str, float]] = p) -> str:
             return " / ".join(_time(v) for v in p[key].values())
 
-        dec = est.decode_s
+        dec = est.decode_s  # over the run's iterations, weighted by decodes (`engines.inflight.decode_parts`)
         total = sum(dec.values()) or 1.0
-        parts = ", ".join(f"{_part(k, est)} {v / total:.0%}" for k, v in dec.items() if v > 0)
+        # a decode token's wait by part; those under half a percent left out (the JSON has them)
+        parts = ", ".join(f"{_part(k, est)} {v / total:.0%}" for k, v in dec.items() if v / total >= 0.005)
+        it = "a round" if int(est.round_tokens) > int(est.max_batched_tokens) else "an iteration"
         queue = est.prefill_s["queueing"]
         waits = f" (queueing {format_seconds(queue)} of the median)" if queue > 0 else ""
         out.print(
             f"  {label}: TTFT p50/p90/p99 {pct('ttft_s')}{waits}, TPOT {pct('tpot_s')}; up to "
-            f"{est.max_request_rate_per_s:,.3g} requests/s; an iteration (+{est.mean_prompt_tokens:,.0f} prompt "
-            f"tokens) = {parts}"
+            f"{est.max_request_rate_per_s:,.3g} requests/s; a token's wait (+{est.mean_prompt_tokens:,.0f} prompt "
+            f"tokens {it}) = {parts}"
         )
         held = closed_loop_queue(est)
         if held:
@@ -379,5 +347,6 @@ def _engine_text(workload: Any) -> str:
     from shardwise.engines.engine_presets import engine
 
     preset = engine(workload.engine)
+    version = "" if preset.version in ("", "-") else f" {preset.version}"  # plain PyTorch has none
     static = "" if preset.continuous_batching else " (no in-flight batching: static batches)"
-    return f"engine {preset.name} {preset.version}{static}; "
+    return f"engine {preset.name}{version}{static}; "

@@ -7,10 +7,30 @@ from typing import Any
 SHOWN = 12
 
 
-def replicas_label(label: str, replicas: int) -> str:
+def replicas_label(label: str, replicas: int, plan: Any = None) -> str:
     """A served plan as both of serve's tables name it: its --plan label, and its replicas where
-    there are several ('tp=1 (x8 replicas)')."""
-    return f"{label} (x{replicas} replicas)" if replicas > 1 else label
+    there are several ('tp=1 (x8 replicas)'); under data-parallel attention (`plan` given) the
+    ranks are one engine's, its experts spread over them ('tp=1,ep=16 (16 attention ranks)')."""
+    if replicas <= 1:
+        return label
+    return f"{label} ({replicas} attention ranks)" if _attention_dp(plan) else f"{label} (x{replicas} replicas)"
+
+
+def _attention_dp(plan: Any) -> bool:
+    if plan is None:
+        return False
+    import numpy as np
+
+    from shardwise.engines.dp_attention import dp_attention
+
+    return bool(np.any(dp_attention(plan)))
+
+
+def replicas_words(replicas: int, plan: Any = None) -> str:
+    """'4 replicas', '1 replica', or '16 data-parallel attention ranks of one replica'."""
+    if replicas > 1 and _attention_dp(plan):
+        return f"{replicas} data-parallel attention ranks of one replica"
+    return f"{replicas} replica{'s' if replicas != 1 else ''}"
 
 
 def print_targets(found: Any) -> None:
@@ -90,7 +110,7 @@ def _table(
         est = o.estimate
         p = est.percentiles_s if est is not None else None
         replicas = int(est.scenario.plan.dp) if est is not None else 0
-        name = replicas_label(o.label, replicas)
+        name = replicas_label(o.label, replicas, est.scenario.plan if est is not None else None)
         table.add_row(
             name,
             o.weight_precision,
@@ -119,7 +139,8 @@ def _table(
         "or what else stops it[/]"
     )
     out.print(
-        f"best: {best.label}, {replicas} replica(s), {best.weight_precision} weights, "
+        f"best: {best.label}, {replicas_words(replicas, best.estimate.scenario.plan)}, "
+        f"{best.weight_precision} weights, "
         f"{best.users_per_replica:,} requests in flight per replica: {best.tokens_per_s_per_gpu:,.0f} tokens/s "
         f"per GPU; more load misses ({best.why})"
     )
@@ -137,3 +158,11 @@ def _table(
         slo_percentile=None,
     )
     out.print(f"[dim]in full: {full.command()}[/]")
+    from shardwise.requests.serve_notes import lockstep_cliff
+    from shardwise.units import parse_seconds
+
+    cliff = lockstep_cliff(
+        best, parse_seconds(ttft_max) if ttft_max else None, parse_seconds(tpot_max) if tpot_max else None, pct
+    )
+    if cliff:
+        out.print(f"[yellow]note: {escape(cliff)}[/]")

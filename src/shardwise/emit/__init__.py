@@ -91,8 +91,9 @@ def vllm_launch(
     version: str | None = None,
     max_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
+    asked: int | None = None,
 ) -> Launch:
     """`vllm serve` for one replica of a serving plan (see `emit.vllm`)."""
     from shardwise.emit import vllm
 
-    return vllm.launch(scn, workload, model_id, _version("vllm", version), max_batched_tokens, max_num_seqs)
+    return vllm.launch(scn, workload, model_id, _version("vllm", version), max_batched_tokens, max_num_seqs, asked)

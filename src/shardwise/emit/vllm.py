@@ -88,11 +88,13 @@ def launch(
     version: str = VERSIONS[0],
     max_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
+    asked: int | None = None,
 ) -> Launch:
     """The server of one replica for the priced serving estimate's scenario and workload. Under
     in-flight batching `max_batched_tokens` is the chunk budget it was priced with and
     `max_num_seqs` the sequences one replica ran at once (`engines.inflight`); without them the
-    plan is a static batch: its prompts prefilled at once, every sequence at once."""
+    plan is a static batch: its prompts prefilled at once, every sequence at once. `asked`: the
+    requests in flight the estimate was asked for (--concurrency), where they size --max-num-seqs."""
     m, p, wl = scn.model, scn.plan, workload
     if not model_id:
         raise EmitError(
@@ -171,6 +173,13 @@ def launch(
             f"one replica spans {servers} servers: start a Ray cluster over them first (`ray start --head` on "
             "one, `ray start --address=HEAD:6379` on the others) and run this on the head server (or vLLM's "
             "--nnodes/--node-rank/--master-addr, --headless on the others)"
+        )
+    asked = i(wl.batch) if max_num_seqs is None else asked
+    if asked is not None and per_replica == -(-asked // dp):  # a copied command runs no more at once
+        notes.append(
+            f"--max-num-seqs {per_replica}: sized for the load asked, --concurrency {asked:,} ({per_replica:,} per "
+            f"{'rank' if dp_attention else 'replica'}): the server runs no more at once; raise it (or price a "
+            "larger --concurrency) to serve more"
         )
     env: tuple[tuple[str, str], ...] = ()
     if pp > 1:

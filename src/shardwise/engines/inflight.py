@@ -61,16 +61,21 @@ PERCENTILES = (50, 90, 99)
 @dataclass(frozen=True)
 class InflightEstimate(ServingEstimate):
     """A `ServingEstimate` under in-flight batching: TTFT, TPOT and latency are medians over the
-    simulated requests (percentiles in `percentiles_s`), the memory that of the mean load;
+    simulated requests (percentiles in `percentiles_s`), the memory per GPU the weights and the KV
+    pool the engine pre-allocates (`kv_in_use_bytes` what the mean load fills of it);
     `max_batch` is how many requests the KV cache holds at once (of the mix's mean length). Under
     a request mix the workload's lengths are the mix's means, rounded."""
 
     users: int | None = None  # closed loop (None with a request rate; None and no rate: capacity)
     request_rate_per_s: float | None = None
     max_request_rate_per_s: float = float("nan")  # the rate the replicas sustain at capacity
-    mean_running: float = 0.0  # requests in flight, all replicas
-    mean_prompt_tokens: float = 0.0  # prompt tokens per iteration, one replica
-    max_batched_tokens: int = MAX_BATCHED_TOKENS
+    mean_running: float = 0.0  # requests running (admitted), time-weighted mean, all replicas
+    kv_in_use_bytes: float = 0.0  # per GPU, the KV cache the mean running requests fill (of `kv_cache_bytes`, the pool)
+    mean_prompt_tokens: float = 0.0  # prompt tokens per iteration, one replica (the mean over its iterations)
+    max_batched_tokens: int = MAX_BATCHED_TOKENS  # one micro-batch's
+    # one iteration's: a round of the pp micro-batches, each with its own budget where the engine gives
+    # it one (`EnginePreset.budget_per_micro_batch`); 0: max_batched_tokens
+    round_tokens: int = 0
     percentiles_s: dict[str, dict[str, float]] | None = None
     simulated_requests: int = 0
     batching: str = "inflight"
@@ -171,6 +176,24 @@ def estimate_inflight(
     return estimate_from(replica, sim, saturated, users, rate_per_s, burstiness)
 
 
+def decode_parts(replica: Replica, sim: Simulated) -> dict[str, float]:
+    """What an output token's wait is made of: each part of the iterations `sim` ran, summed over
+    them weighted by the sequences each decoded, over the decode tokens, sum(n d part) / sum(n d)
+    (n iterations of d decoding sequences and q prompt tokens each). The parts add up to the mean
+    time between a request's output tokens over the run, the token-weighted mean TPOT (the report's
+    TPOT is the median request's). No iteration decoded (one output token): the parts of one
+    iteration of the run's mean counts, time-weighted."""
+    scn, wl = replica.scenario, replica.workload
+    if sim.passes is not None and float((sim.passes * sim.pass_decode).sum()) > 0:
+        d, q, weight = sim.pass_decode, sim.pass_prompt_tokens, sim.passes * sim.pass_decode
+    else:
+        d, q, weight = np.asarray([sim.mean_decode]), np.asarray([sim.mean_prompt_tokens]), np.ones(1)
+    it = iteration_times(scn, wl, d, q, replica.mean_context, replica.max_batched_tokens)
+    arrays = {"compute": it.compute_s, "tp_comm": it.tp_comm_s, "pp_p2p": it.pp_p2p_s, "pp_wait": it.pp_wait_s}
+    total = float(weight.sum())
+    return {k: float((weight * np.broadcast_to(v, weight.shape)).sum() / total) for k, v in arrays.items()}
+
+
 def estimate_from(
     replica: Replica,
     sim: Simulated,
@@ -184,9 +207,7 @@ def estimate_from(
     cache kept full) gives the rate the replicas sustain. `exact`: `sim` ran all `users` (ranks in
     lockstep), its rates one rank's mean."""
     scn, wl, replicas, slots = replica.scenario, replica.workload, replica.replicas, replica.slots
-    d, q = np.asarray(sim.mean_decode), np.asarray(sim.mean_prompt_tokens)
-    mean = iteration_times(scn, wl, d, q, replica.mean_context, replica.max_batched_tokens)
-    parts = {"compute": mean.compute_s, "tp_comm": mean.tp_comm_s, "pp_p2p": mean.pp_p2p_s, "pp_wait": mean.pp_wait_s}
+    parts = decode_parts(replica, sim)
     ttft, queue = np.median(sim.ttft_s), np.median(sim.queue_s)
     max_rate = replicas * saturated.throughput_tokens_per_s / replica.mean_output_len
     # arrivals faster than that: the queue grows and the replicas run flat out (a finite run
@@ -210,7 +231,11 @@ def estimate_from(
         throughput_tokens_per_s=busy * (rate_throughput if rate_per_s is not None else sim.throughput_tokens_per_s),
         max_batch=replica.capacity,
         weights_bytes=replica.weights_bytes,
-        kv_cache_bytes=sim.mean_running * replica.kv_bytes_per_sequence,
+        # the pool the engine pre-allocates at start (vLLM gpu_memory_utilization, TensorRT-LLM
+        # free_gpu_memory_fraction, SGLang mem_fraction_static: `engines.engine_presets.kv_cache_bytes`),
+        # whatever part of it the requests fill
+        kv_cache_bytes=replica.kv_pool_bytes,
+        kv_in_use_bytes=sim.mean_running * replica.kv_bytes_per_sequence,
         prefill_s={"queueing": float(queue), "prefill": float(ttft - queue)},
         decode_s={k: float(v) for k, v in parts.items()},
         decode_utilization=float("nan"),
@@ -218,8 +243,9 @@ def estimate_from(
         request_rate_per_s=rate_per_s,
         max_request_rate_per_s=max_rate,
         mean_running=busy * sim.mean_running,
-        mean_prompt_tokens=sim.mean_prompt_tokens,
+        mean_prompt_tokens=sim.prompt_tokens_per_iteration,
         max_batched_tokens=replica.max_batched_tokens,
+        round_tokens=int(replica.round_tokens),
         percentiles_s={
             "ttft_s": percentiles(sim.ttft_s),
             "tpot_s": percentiles(sim.tpot_s),
@@ -246,6 +272,7 @@ __all__ = [
     "Replica",
     "Simulated",
     "Traffic",
+    "decode_parts",
     "estimate_from",
     "estimate_inflight",
     "kv_blocks",

@@ -40,6 +40,9 @@ class Run(NamedTuple):
     decode_area: float
     prompt_area: float
     iterations: int
+    # passes by (decoding sequences, prompt tokens), all ranks' summed: what the run's passes
+    # were, for the parts of an iteration and the prompt tokens per pass (`engines.inflight.estimate_from`)
+    visits: dict[tuple[int, int], int] | None = None
 
 
 def run_ranks(
@@ -109,6 +112,7 @@ def run_ranks(
     clock, produced = [0.0], [0.0]
     busy = running_area = decode_area = prompt_area = 0.0
     costs: dict[tuple[int, ...], float] = {}
+    visits: dict[tuple[int, int], int] = {}
     ds, qs = [0] * ranks, [0] * ranks  # this pass's decodes and prompt tokens of each rank
     NONE: list[int] = []  # no prompt done (never written to)
     firsts: list[list[int]] = [NONE] * ranks  # the prompts this pass completes, each rank's
@@ -202,6 +206,8 @@ def run_ranks(
                 steps = min(steps or 1, max(1, math.ceil((arrival[nxt] - t) / dt)))
             steps = max(steps, 1)
         span = steps * dt
+        seen = (ds[0], qs[0]) if ranks == 1 else (sum(ds), sum(qs))
+        visits[seen] = visits.get(seen, 0) + steps
         t += span
         passes += steps
         busy += span
@@ -249,5 +255,5 @@ def run_ranks(
         produced.append(tokens)
     return Run(
         np.array(admitted), np.array(first), np.array(done), np.array(arrival), clock, produced,
-        t, busy, running_area, decode_area, prompt_area, passes,
+        t, busy, running_area, decode_area, prompt_area, passes, visits,
     )  # fmt: skip

@@ -76,6 +76,7 @@ class Replica:
             self.weights_bytes, self.kv_bytes_per_sequence = float(weights), float(kv_per_seq)
             context = wl.input_len + wl.output_len
             free = float(kv_cache_free_bytes(scn, wl, self.weights_bytes, self.gather_budget))
+            self.kv_pool_bytes = max(free, 0.0)  # what the engine pre-allocates for its KV cache, per GPU
             per_token = self.kv_bytes_per_sequence / context
             self._cap_sequences(wl, free, per_token)
             self.capacity = kv_capacity(max(free, 0.0), per_token, wl.input_len, wl.output_len)
@@ -95,6 +96,7 @@ class Replica:
             per_token = float(kv_per_seq) / (wl.input_len + wl.output_len)
             self.kv_bytes_per_sequence = per_token * (summary.mean_input_len + summary.mean_output_len)
             free = float(kv_cache_free_bytes(scn, wl, self.weights_bytes, self.gather_budget))
+            self.kv_pool_bytes = max(free, 0.0)
             self.kv_total_blocks = int(max(free, 0.0) // (KV_BLOCK_TOKENS * per_token))
             self._cap_sequences(wl, free, per_token)
             blocks = kv_blocks(inputs, outputs)
@@ -135,6 +137,7 @@ class Replica:
         other.__dict__.pop("_runs", None)  # another capacity: none of this one's runs
         scale = sequences / max(self.capacity, 1)
         other.capacity = int(sequences)
+        other.kv_pool_bytes = self.kv_pool_bytes * scale
         if engine(self.workload.engine).bench_buffers:
             other.max_sequences = max(self.max_sequences, min(int(sequences), BENCH_MAX_BATCH))
         other.slots = min(other.capacity, other.max_sequences)

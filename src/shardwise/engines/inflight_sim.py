@@ -67,6 +67,20 @@ class Simulated:
     # benchmark that sends a fixed number of requests reports as its output throughput (the ramp-up
     # and the tail, as the last requests finish with few others beside them, included)
     run_tokens_per_s: float = 0.0
+    # the run's iterations, one rank's (ranks in lockstep: the ranks' mean of each pass): decoding
+    # sequences, prompt tokens, and how many iterations ran so (`passes`); None: not recorded
+    pass_decode: np.ndarray | None = None
+    pass_prompt_tokens: np.ndarray | None = None
+    passes: np.ndarray | None = None
+
+    @property
+    def prompt_tokens_per_iteration(self) -> float:
+        """Prompt tokens per iteration, the mean over the run's iterations (each counted once:
+        their sum over the iterations is every prompt token; time-weighted `mean_prompt_tokens`
+        leans to the long prefill iterations)."""
+        if self.passes is None or not self.passes.sum():
+            return self.mean_prompt_tokens
+        return float((self.passes * self.pass_prompt_tokens).sum() / self.passes.sum())
 
 
 def kv_capacity(free_bytes: float, kv_bytes_per_token: float, input_len: int, output_len: int) -> int:
@@ -147,7 +161,9 @@ def simulate(
             lockstep, inputs, outputs, slots, closed, arrival, issued, max_batched_tokens, blocks, free, chunk_tokens,
             decodes_share_budget,
         )  # fmt: skip
-    admitted, first, done, arrival, clock, produced, t, busy, running_area, decode_area, prompt_area, iterations = run
+    admitted, first, done, arrival, clock, produced, t, busy, running_area, decode_area, prompt_area, iterations = run[
+        :12
+    ]
     start = int(WARMUP_SHARE * n)
     measured = slice(start, n)
     ttft = first[measured] - arrival[measured]
@@ -176,7 +192,21 @@ def simulate(
         mean_prompt_tokens=prompt_area / busy if busy else 0.0,
         iterations=iterations,
         run_tokens_per_s=_whole_run_rate(produced_a, clock_a, arrival) / per,
+        **_passes(run.visits, per),
     )
+
+
+def _passes(visits: dict[tuple[int, int], int] | None, ranks: int) -> dict[str, np.ndarray]:
+    """`Simulated`'s record of the passes (`pass_decode`, `pass_prompt_tokens`, `passes`) from the
+    loop's counts by (decodes, prompt tokens), each rank's mean where `ranks` ran together."""
+    if not visits:
+        return {}
+    keys = np.array(list(visits), dtype=float).reshape(-1, 2) / ranks
+    return {
+        "pass_decode": keys[:, 0],
+        "pass_prompt_tokens": keys[:, 1],
+        "passes": np.array(list(visits.values()), dtype=float),
+    }
 
 
 def _whole_run_rate(produced: np.ndarray, clock: np.ndarray, arrival: np.ndarray) -> float:

@@ -158,7 +158,6 @@ class ServeRequest:
     # --- the answer ----------------------------------------------------------------------------
     def setting(self) -> ServeSetting:
         """Model, cluster, plans, workload and traffic resolved and checked (no plan priced yet)."""
-        from shardwise.loaders import parse_plan_spec
         from shardwise.requests.build import build_cluster, build_model, load_calibration, model_notes, stage_kwargs
         from shardwise.requests.serve_mix import check_mix_flags, request_mix
         from shardwise.specs.serving import ServingWorkload
@@ -187,9 +186,10 @@ class ServeRequest:
             from shardwise.presets import system
 
             cluster = cluster.with_(pcie=system(options["system"]).pcie)
+        from shardwise.requests.serve_notes import serving_specs
         from shardwise.requests.serve_plans import EXPERT_PARALLEL_ENGINES, Layouts, experts_run, layouts
 
-        given = Layouts([parse_plan_spec(t) for t in self.plans])
+        given = Layouts(serving_specs(self.plans))
         found = given if self.plans else layouts(cluster, model, self.framework)
         specs = found.specs
         if not self.plans and model.is_moe and self.framework not in EXPERT_PARALLEL_ENGINES and len(specs) > 1:
@@ -365,6 +365,8 @@ class TargetsResult:
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON `serve --ttft-max ... --json` prints."""
+        from shardwise.requests.serve_notes import search_notes
+
         wl = self.setting.workload
         found = self.setting.layouts
         layouts = {
@@ -391,5 +393,6 @@ class TargetsResult:
                 for o in self.options
             ],
             **({"layouts": layouts} if self.compared_layouts else {}),
+            "notes": search_notes(self),
             "command": self.request.command(),
         }

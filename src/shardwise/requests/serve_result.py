@@ -79,11 +79,16 @@ class ServeResult:
     def as_dict(self, pipeline_scaling: bool = True) -> dict[str, Any]:
         """The JSON `serve --json` prints (`pipeline_scaling=False`: without each pipeline plan's
         PP(k) / PP(1) split, which prices two more replicas per plan: the explorer's page)."""
-        from shardwise import export
+        from shardwise.export_serving import serving_dict
+        from shardwise.requests.serve_notes import header_dict, table_notes
 
         s, req = self.setting, self.request
         wl = s.workload
+
+        scaling = self.scaling if pipeline_scaling else None
+        whys = [split.why(label) for label, split in (scaling or {}).items() if split.superlinear]
         return {
+            **header_dict(s.model, s.cluster, wl, req.target.system),
             "workload": {
                 "input_len": wl.input_len if s.mix is None else None,
                 "output_len": wl.output_len if s.mix is None else None,
@@ -94,7 +99,7 @@ class ServeResult:
             },
             "plans": [
                 {
-                    **_untimed(export.serving_dict(label, est, *self.spreads[label])),
+                    **_untimed(serving_dict(label, est, *self.spreads[label])),
                     "would_fit": self.hints.get(label),
                     "launch": self.launches.get(label),
                     **(
@@ -117,7 +122,9 @@ class ServeResult:
                     for label, est in self.rows
                 },
             },
-            "notes": list(self.notes),  # what was assumed (the command line prints them on stderr)
+            # what was assumed (the command line prints them on stderr), then what the report prints
+            # under its table (derived expert tp, replicated KV heads, a pipeline's superlinear scaling)
+            "notes": [*self.notes, *table_notes(self.rows), *whys],
             "command": req.command(),
         }
 
@@ -128,7 +135,7 @@ TIMED_KEYS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tokens_per_s", "per_user_
 
 
 def _untimed(row: dict[str, Any]) -> dict[str, Any]:
-    """`row` (`export.serving_dict`) with no times, rates or their parts where the plan does not fit."""
+    """`row` (`export_serving.serving_dict`) with no times, rates or their parts where the plan does not fit."""
     if row["fits_in_memory"]:
         return row
     banded = [f"{k}_{end}" for k in TIMED_KEYS for end in ("low", "high") if f"{k}_{end}" in row]
@@ -139,6 +146,8 @@ def priced(request: Any, s: Any, progress: Callable[..., Any] | None = None) -> 
     """Every plan of the setting priced; one invalid plan does not stop the others. `progress()` is
     called after each plan, and after each pipeline plan's scaling split when `scaling` is read
     (`progress_steps` of them in all, for a progress bar)."""
+    from shardwise.requests.serve_notes import serving_terms
+
     rows, invalid = [], []
     built: dict[str, Any] = {}  # in flight, each plan's replica, kept for its pipeline-scaling split
     for spec in s.specs:
@@ -149,7 +158,7 @@ def priced(request: Any, s: Any, progress: Callable[..., Any] | None = None) -> 
                 raise SpecError(why)  # said as predict and plan say it, not as the cut domain's gpus_per_node
             rows.append(_estimate(s, spec, request.max_throughput, built))
         except SpecError as exc:
-            invalid.append((spec.label, str(exc)))
+            invalid.append((spec.label, serving_terms(str(exc), spec, int(s.cluster.num_gpus))))
         if progress is not None:
             progress()
     rows, dropped = _without_twins(rows, s.layouts.twins if s.layouts is not None else {})
@@ -341,6 +350,7 @@ def _launch(est: Any, emit: str | None, model_id: str | None) -> dict[str, Any] 
         model_id,
         max_batched_tokens=int(est.max_batched_tokens),
         max_num_seqs=est.running_per_replica,
+        asked=est.users,
     ).as_dict()
 
 

@@ -1,0 +1,76 @@
+"""`serve`'s files: `-o/--output FILE` (the JSON `--json` prints, or one CSV row per plan, by the
+extension; `-` prints the CSV) and `--csv` (the CSV on stdout), written whole or not at all
+(`cli.output.write_text`, as plan's and sweep's `-o`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+OUTPUT_FORMATS = (".json", ".csv")
+
+
+def flat(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """One plan's JSON as CSV cells: nested objects flattened with dotted names (decode_s.compute),
+    lists as JSON text, null as an empty cell."""
+    import json
+
+    cells: dict[str, Any] = {}
+    for key, value in row.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            cells.update(flat(value, f"{name}."))
+        elif isinstance(value, list | tuple):
+            cells[name] = json.dumps(value)
+        else:
+            cells[name] = "" if value is None else value
+    return cells
+
+
+def csv_text(answer: dict[str, Any]) -> str:
+    """The CSV of `serve --json`'s answer: one row per plan (the latency-target search: per option),
+    each with the model, system and engine the header names; columns the union, in first-seen order."""
+    import csv
+    import io
+
+    rows = answer.get("plans", answer.get("options", []))
+    common = {k: answer[k] for k in ("model", "system", "gpus") if k in answer}
+    if "engine" in answer:
+        common["engine"] = answer["engine"]["name"]
+    table = [{**common, **flat(row)} for row in rows]
+    columns: dict[str, None] = {}
+    for row in table:
+        columns.update(dict.fromkeys(row))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), restval="", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(table)
+    return buf.getvalue()
+
+
+def check(output_path: str | None, as_csv: bool, as_json: bool) -> None:
+    """Refuse, before any work, an output that cannot be written or two answers on stdout."""
+    from shardwise.cli import output
+    from shardwise.errors import SpecError
+
+    output.check(output_path, OUTPUT_FORMATS)
+    printing = [f for f, on in (("--json", as_json), ("--csv", as_csv), ("-o -", output_path == output.STDOUT)) if on]
+    if len(printing) > 1:
+        raise SpecError(f"give one of {', '.join(printing)}, not both (each prints the answer)")
+
+
+def write(answer: dict[str, Any], output_path: str | None, as_csv: bool) -> None:
+    """`answer` to `output_path` (by its extension; `-`: the CSV on stdout), and as CSV on stdout with `as_csv`."""
+    import json
+
+    import click
+
+    from shardwise import export
+    from shardwise.cli import output
+
+    answer = json.loads(export.dumps(answer))  # numpy values plain, NaN null
+    if as_csv:
+        click.echo(csv_text(answer), nl=False)
+    if output_path is None:
+        return
+    text = export.dumps(answer) + "\n" if output_path.lower().endswith(".json") else csv_text(answer)
+    output.write_text(output_path, text)
