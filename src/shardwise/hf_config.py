@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from shardwise import files
+from shardwise import files, hf_fields
 from shardwise.errors import SpecError
 from shardwise.hf_activation import activation as _activation
 from shardwise.hf_rope import rope_fields as _rope_fields
@@ -93,7 +93,7 @@ def read(path: str | Path) -> dict[str, Any]:
         raise SpecError(f"{p}: key {exc.args[0]!r} appears twice in one object; which one is meant?") from None
     if not isinstance(cfg, dict):
         raise SpecError(f"{p}: expected a JSON object (a Hugging Face config.json)")
-    refuse_unsupported(p, cfg, _text(p, cfg, "model_type").lower())  # T5, BERT, Mamba, Jamba, ...: one line
+    refuse_unsupported(p, cfg, hf_fields.text(p, cfg, "model_type").lower())  # T5, BERT, Mamba, Jamba, ...: one line
     architecture = _model_file(p, cfg)  # the wrapper's, before its text_config is merged
     if "text_config" in cfg and isinstance(cfg["text_config"], dict):  # multimodal wrappers
         from shardwise.specs.model import RULED_LANGUAGE_MODEL_FILES
@@ -102,7 +102,7 @@ def read(path: str | Path) -> dict[str, Any]:
         if architecture is None or text in RULED_LANGUAGE_MODEL_FILES:  # the language model's file
             architecture = text
         cfg = {**cfg, **cfg["text_config"]}
-        refuse_unsupported(p, cfg, _text(p, cfg, "model_type").lower())
+        refuse_unsupported(p, cfg, hf_fields.text(p, cfg, "model_type").lower())
     out: dict[str, Any] = {}
     for field, keys in _FIELDS:
         for key in keys:
@@ -120,7 +120,7 @@ def read(path: str | Path) -> dict[str, Any]:
     missing = [f for f in ("layers", "hidden", "heads", "vocab") if f not in out]
     if missing:
         raise SpecError(f"{p}: no {', '.join(missing)} found (looked for {', '.join(_keys(missing))})")
-    model_type = _text(p, cfg, "model_type").lower()
+    model_type = hf_fields.text(p, cfg, "model_type").lower()
     stated = out.get("seq_len")
     out["seq_len"], assumed = _seq_len(p, cfg, model_type, stated)
     _architecture(p, cfg, model_type, out)
@@ -266,7 +266,7 @@ def _model_file(p: Path, cfg: dict[str, Any]) -> str | None:
     first = classes[0] if isinstance(classes, list) and classes and isinstance(classes[0], str) else ""
     if first.lower() in _CLASS_ARCHITECTURES:
         return _CLASS_ARCHITECTURES[first.lower()]
-    model_type = _text(p, cfg, "model_type").lower()
+    model_type = hf_fields.text(p, cfg, "model_type").lower()
     if model_type in _FALCON_TYPES:
         return "falcon"
     return model_type if re.fullmatch(ARCHITECTURE_PATTERN, model_type) else None
@@ -276,7 +276,7 @@ def _architecture(p: Path, cfg: dict[str, Any], model_type: str, out: dict[str, 
     """The family and its switches (gated MLP, tied embeddings, positions, biases, norm, dropout)."""
     act_keys = ("mlp_hidden_act", "hidden_act", "hidden_activation", "activation_function")  # 3rd: Gemma's
     act_key = next((k for k in act_keys if k in cfg), "hidden_act")
-    act = _text(p, cfg, act_key).lower()  # mlp_hidden_act: NemotronHConfig's MLP (relu2: squared ReLU)
+    act = hf_fields.text(p, cfg, act_key).lower()  # mlp_hidden_act: NemotronHConfig's MLP (relu2: squared ReLU)
     gpt_like = model_type in _GPT_TYPES
     out["family"] = "gpt" if gpt_like else "llama"
     gemma = model_type in _GEMMA_TYPES
@@ -284,18 +284,20 @@ def _architecture(p: Path, cfg: dict[str, Any], model_type: str, out: dict[str, 
     out["activation"] = _activation(act, model_type, gemma, out["gated_mlp"])  # `specs.Model.activation`
     if "ffn_hidden" not in out and gpt_like:
         out["ffn_hidden"] = 4 * out["hidden"]
-    out["tied_embeddings"] = _flag(p, cfg, ("tie_word_embeddings", "tie_embeddings"), gpt_like or gemma)
+    out["tied_embeddings"] = hf_fields.flag(p, cfg, ("tie_word_embeddings", "tie_embeddings"), gpt_like or gemma)
     out["learned_positions"] = model_type in ("gpt2", "opt", "gpt_bigcode")
-    out["bias"] = _flag(p, cfg, ("attention_bias", "bias"), gpt_like)
+    out["bias"] = hf_fields.flag(p, cfg, ("attention_bias", "bias"), gpt_like)
     out["rmsnorm"] = "rms_norm_eps" in cfg or not gpt_like
     # GPT-OSS (transformers GptOssConfig `swiglu_limit`, 7.0): the gated activation's inputs clamped
-    out["glu_clamp"] = _limit(p, cfg, "swiglu_limit") > 0
+    out["glu_clamp"] = hf_fields.limit(p, cfg, "swiglu_limit") > 0
     out.update(_rope_fields(p, cfg))  # yarn_rope, rope_theta
     dropouts = ("attention_dropout", "resid_pdrop", "hidden_dropout", "dropout", "emb_pdrop")
-    out["dropout"] = any(_probability(p, cfg, key) > 0 for key in dropouts)
+    out["dropout"] = any(hf_fields.probability(p, cfg, key) > 0 for key in dropouts)
     # transformers FalconAttention: one KV head under multi_query (falcon-7b) unless
     # new_decoder_architecture (falcon-40b, -180B), whose num_kv_heads then counts
-    multi_query = _flag(p, cfg, ("multi_query",), True) and not _flag(p, cfg, ("new_decoder_architecture",), False)
+    multi_query = hf_fields.flag(p, cfg, ("multi_query",), True) and not hf_fields.flag(
+        p, cfg, ("new_decoder_architecture",), False
+    )
     if model_type in _FALCON_TYPES and multi_query:
         out["kv_heads"] = 1
     if model_type == "mpt":
@@ -318,13 +320,13 @@ def _mpt(p: Path, cfg: dict[str, Any], out: dict[str, Any]) -> None:
     if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 1):
         raise SpecError(f"{p}: ffn_config.ffn_hidden_size: {width!r} is not allowed; it must be a whole number >= 1")
     out["ffn_hidden"] = width or int(ratio * out["hidden"])
-    out["bias"] = not _flag(p, cfg, ("no_bias",), False)
-    positional = _flag(p, attn, ("alibi",), False) or _flag(p, attn, ("rope",), False)
-    out["learned_positions"] = _flag(p, cfg, ("learned_pos_emb",), True) and not positional
-    out["rmsnorm"] = "rmsnorm" in _text(p, cfg, "norm_type").lower()
-    out["gated_mlp"] = _text(p, ffn, "ffn_type").lower() == "mptglu"
-    out["dropout"] = out["dropout"] or _probability(p, attn, "attn_pdrop") > 0
-    kind = _text(p, attn, "attn_type").lower()
+    out["bias"] = not hf_fields.flag(p, cfg, ("no_bias",), False)
+    positional = hf_fields.flag(p, attn, ("alibi",), False) or hf_fields.flag(p, attn, ("rope",), False)
+    out["learned_positions"] = hf_fields.flag(p, cfg, ("learned_pos_emb",), True) and not positional
+    out["rmsnorm"] = "rmsnorm" in hf_fields.text(p, cfg, "norm_type").lower()
+    out["gated_mlp"] = hf_fields.text(p, ffn, "ffn_type").lower() == "mptglu"
+    out["dropout"] = out["dropout"] or hf_fields.probability(p, attn, "attn_pdrop") > 0
+    kind = hf_fields.text(p, attn, "attn_type").lower()
     if kind == "multiquery_attention":
         out["kv_heads"] = 1
     elif kind == "grouped_query_attention" and attn.get("kv_n_heads") is not None:
@@ -352,48 +354,6 @@ def note_seq_len(fields: dict[str, Any], seq_len_given: bool = False) -> None:
     for note in fields.get("notes") or ():
         if not (seq_len_given and note.endswith(SEQ_LEN_HINT)):
             click.echo(f"note: {note}", err=True)
-
-
-def _text(p: Path, cfg: dict[str, Any], key: str) -> str:
-    """A string field (absent or null: empty); a list or a number is refused, not turned into text."""
-    value = cfg.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise SpecError(f'{p}: {key}: {value!r} is not allowed; it must be a string (e.g. "silu")')
-    return value
-
-
-def _flag(p: Path, cfg: dict[str, Any], keys: tuple[str, ...], default: bool) -> bool:
-    """A true/false field, the first of `keys` present (absent or null: `default`)."""
-    for key in keys:
-        value = cfg.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, bool):
-            raise SpecError(f"{p}: {key}: {value!r} is not allowed; it must be true or false")
-        return value
-    return default
-
-
-def _limit(p: Path, cfg: dict[str, Any], key: str) -> float:
-    """A clamp limit from config.json: absent or null is 0 (none); anything else a number >= 0."""
-    value = cfg.get(key)
-    if value is None:
-        return 0.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise SpecError(f"{p}: {key}: {value!r} is not allowed; it must be a number >= 0 (or null: none)")
-    return float(value)
-
-
-def _probability(p: Path, cfg: dict[str, Any], key: str) -> float:
-    """A dropout probability from config.json: absent or null is 0; anything else a number in [0, 1]."""
-    value = cfg.get(key)
-    if value is None:
-        return 0.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise SpecError(f"{p}: {key}: {value!r} is not allowed; it must be a probability between 0 and 1")
-    return float(value)
 
 
 def _keys(fields: list[str]) -> list[str]:

@@ -149,7 +149,8 @@ def _print(
     from shardwise.analyses.plan_explain import PARTS, describe
     from shardwise.analyses.plan_search import objective_text
     from shardwise.calibration.spreads import Z80
-    from shardwise.cli.render import across_servers, console, plan_label, recompute_cell, servers_of
+    from shardwise.cli.plan_cells import plan_label, recompute_cell
+    from shardwise.cli.render import across_servers, console, servers_of
     from shardwise.engines.result import tp_comm_name
     from shardwise.units import format_seconds, format_seconds_range
 

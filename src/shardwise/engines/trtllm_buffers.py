@@ -139,10 +139,13 @@ def bench_engine_settings(
     return batch, tokens
 
 
-def bench_head_size(model: Model) -> int:
+def bench_head_size(model: Model) -> Number:
     """The head size trtllm-bench reads from the model's config.json (module docstring, 1): its
-    `head_size`, `head_dim` or `attention_head_dim`, else hidden_size // num_attention_heads."""
-    return int(model.head_dim) if model.head_dim_in_config else int(model.hidden) // int(model.heads)
+    `head_size`, `head_dim` or `attention_head_dim`, else hidden_size // num_attention_heads (model
+    fields may be arrays: a sweep over the model's shape)."""
+    if model.head_dim_in_config:
+        return np.asarray(model.head_dim, dtype=float)
+    return np.floor_divide(np.asarray(model.hidden, dtype=float), np.asarray(model.heads, dtype=float))
 
 
 def activation_bytes(model: Model, tp: Number, max_num_tokens: Number) -> Number:

@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from shardwise.errors import SpecError
+from shardwise.requests import serve_hints
 from shardwise.requests.build import MODEL_SHAPE_KEYS
 from shardwise.requests.cluster_build import domain_tp_refusal
 from shardwise.requests.serve_plans import scenario
@@ -166,9 +167,11 @@ def priced(request: Any, s: Any, progress: Callable[..., Any] | None = None) -> 
         raise SpecError(
             "; ".join(f"--plan {label}: {reason.removeprefix(f'--plan {label}: ')}" for label, reason in invalid)
         )
-    spreads = _spreads(rows, request.target.calibration)
+    spreads = serve_hints.spreads(rows, request.target.calibration)
     # what would make a plan the user named fit (the machine's own layouts are all compared already)
-    hints = {label: _fit_hint(s, est) for label, est in rows if not bool(est.fits_in_memory) and request.plans}
+    hints = {
+        label: serve_hints.fit_hint(s, est) for label, est in rows if not bool(est.fits_in_memory) and request.plans
+    }
     launches = {}
     if request.emit:
         reshaped = any(getattr(request.target, k, None) is not None for k in RESHAPING)
@@ -352,64 +355,3 @@ def _launch(est: Any, emit: str | None, model_id: str | None) -> dict[str, Any] 
         max_num_seqs=est.running_per_replica,
         asked=est.users,
     ).as_dict()
-
-
-def _fit_hint(s: Any, est: Any) -> str:
-    """What would make a plan that does not fit fit: narrower weights or KV cache, or more TP or PP
-    on the same GPUs (the first few that do, cheapest change first)."""
-    from dataclasses import replace
-
-    from shardwise.engines.serving import estimate_serving
-    from shardwise.loaders import parse_plan_spec
-
-    wl, plan = est.workload, est.scenario.plan
-    tp, pp = int(plan.tp), int(plan.pp)
-    tries: list[tuple[str, Any, Any]] = []
-    for w in ("fp8", "int4"):
-        if wl.weight_precision in ("bf16", "fp16") or (w == "int4" and wl.weight_precision != "int4"):
-            tries.append((f"--weight-precision {w}", f"tp={tp},pp={pp}", replace(wl, weight_precision=w)))
-    if wl.kv_precision in ("bf16", "fp16"):
-        tries.append(("--kv-precision fp8", f"tp={tp},pp={pp}", replace(wl, kv_precision="fp8")))
-    tries += [
-        (f"tp={tp * 2},pp={pp}", f"tp={tp * 2},pp={pp}", wl),
-        (f"tp={tp},pp={pp * 2}", f"tp={tp},pp={pp * 2}", wl),
-    ]
-    found = []
-    for text, plan_text, workload in tries:
-        try:
-            scn = scenario(s.model, s.cluster, parse_plan_spec(plan_text), s.stages)
-            other = estimate_serving(scn, workload)
-        except SpecError:
-            continue
-        # the batch asked must fit (review 35: a static batch of 5,000 was told fp8 weights would fit
-        # it, which hold 2,343); in flight the requests beyond the KV cache wait, so one must fit
-        inflight = getattr(est, "batching", "static") == "inflight"
-        if int(other.max_batch) >= 1 if inflight else bool(other.fits_in_memory):
-            found.append(text)
-        if len(found) == 2:
-            break
-    return " or ".join(found)
-
-
-def _spreads(rows: list[tuple[str, Any]], calibration: str | None) -> dict[str, tuple[float, str]]:
-    """Each plan's 80% interval width (log sd) and where it comes from: a calibration fitted on
-    serving runs (its spread and the plan's sensitivity to the fitted parameters, for the time per
-    output token), else the serving model's measured spread."""
-    from shardwise.calibration.spreads import SERVING_LOG_SD, serving_basis
-    from shardwise.requests.build import load_calibration
-
-    cal = load_calibration(calibration)
-    if cal is None or not cal.serving_runs:
-        basis = serving_basis()
-        if any(est.scenario.model.is_moe for _, est in rows):  # validate inference's rows are all dense
-            basis += ", all of dense models: no published mixture-of-experts serving time checks it"
-        if cal is not None:
-            basis += f" ({cal.path} has no serving runs)"
-        return {label: (SERVING_LOG_SD, basis) for label, _ in rows}
-    from shardwise.calibration.cases import ServingCase
-    from shardwise.calibration.intervals import spread
-
-    cases = [ServingCase(est.scenario, est.workload, "tpot_s") for _, est in rows]
-    # (the GPUs the calibration's runs measured, training and serving alike: the store keeps one list)
-    fitted = spread(cases, cal.fit, f"calibration {cal.path} ({cal.serving_runs} serving run(s))", tuple(cal.gpus))
-    return {label: (float(x), fitted.basis) for (label, _), x in zip(rows, fitted.log_sd, strict=True)}

@@ -1,0 +1,70 @@
+"""A serving plan's side answers (`ServeResult`): what would make a plan that does not fit fit, and
+each plan's 80% interval width."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardwise.errors import SpecError
+from shardwise.requests.serve_plans import scenario
+
+
+def fit_hint(s: Any, est: Any) -> str:
+    """What would make a plan that does not fit fit: narrower weights or KV cache, or more TP or PP
+    on the same GPUs (the first few that do, cheapest change first)."""
+    from dataclasses import replace
+
+    from shardwise.engines.serving import estimate_serving
+    from shardwise.loaders import parse_plan_spec
+
+    wl, plan = est.workload, est.scenario.plan
+    tp, pp = int(plan.tp), int(plan.pp)
+    tries: list[tuple[str, Any, Any]] = []
+    for w in ("fp8", "int4"):
+        if wl.weight_precision in ("bf16", "fp16") or (w == "int4" and wl.weight_precision != "int4"):
+            tries.append((f"--weight-precision {w}", f"tp={tp},pp={pp}", replace(wl, weight_precision=w)))
+    if wl.kv_precision in ("bf16", "fp16"):
+        tries.append(("--kv-precision fp8", f"tp={tp},pp={pp}", replace(wl, kv_precision="fp8")))
+    tries += [
+        (f"tp={tp * 2},pp={pp}", f"tp={tp * 2},pp={pp}", wl),
+        (f"tp={tp},pp={pp * 2}", f"tp={tp},pp={pp * 2}", wl),
+    ]
+    found = []
+    for text, plan_text, workload in tries:
+        try:
+            scn = scenario(s.model, s.cluster, parse_plan_spec(plan_text), s.stages)
+            other = estimate_serving(scn, workload)
+        except SpecError:
+            continue
+        # the batch asked must fit (review 35: a static batch of 5,000 was told fp8 weights would fit
+        # it, which hold 2,343); in flight the requests beyond the KV cache wait, so one must fit
+        inflight = getattr(est, "batching", "static") == "inflight"
+        if int(other.max_batch) >= 1 if inflight else bool(other.fits_in_memory):
+            found.append(text)
+        if len(found) == 2:
+            break
+    return " or ".join(found)
+
+
+def spreads(rows: list[tuple[str, Any]], calibration: str | None) -> dict[str, tuple[float, str]]:
+    """Each plan's 80% interval width (log sd) and where it comes from: a calibration fitted on
+    serving runs (its spread and the plan's sensitivity to the fitted parameters, for the time per
+    output token), else the serving model's measured spread."""
+    from shardwise.calibration.spreads import SERVING_LOG_SD, serving_basis
+    from shardwise.requests.build import load_calibration
+
+    cal = load_calibration(calibration)
+    if cal is None or not cal.serving_runs:
+        basis = serving_basis()
+        if any(est.scenario.model.is_moe for _, est in rows):  # validate inference's rows are all dense
+            basis += ", all of dense models: no published mixture-of-experts serving time checks it"
+        if cal is not None:
+            basis += f" ({cal.path} has no serving runs)"
+        return {label: (SERVING_LOG_SD, basis) for label, _ in rows}
+    from shardwise.calibration.cases import ServingCase
+    from shardwise.calibration.intervals import spread
+
+    cases = [ServingCase(est.scenario, est.workload, "tpot_s") for _, est in rows]
+    # (the GPUs the calibration's runs measured, training and serving alike: the store keeps one list)
+    fitted = spread(cases, cal.fit, f"calibration {cal.path} ({cal.serving_runs} serving run(s))", tuple(cal.gpus))
+    return {label: (float(x), fitted.basis) for (label, _), x in zip(rows, fitted.log_sd, strict=True)}
