@@ -25,7 +25,10 @@ DEFAULT_FIELDS = (
     "zero_stages",
     "schedules",
     "model_parallel",
+    "default_recompute",
 )
+# what a stack's trainer recomputes when its config leaves activation checkpointing out
+RECOMPUTE_MODES = ("none", "selective", "full")
 # the model-parallel axes a stack may implement (`model_parallel`): tensor, pipeline and context parallelism
 AXIS_NAMES = {"tp": "tensor", "pp": "pipeline", "cp": "context"}
 MODEL_PARALLEL_AXES = tuple(AXIS_NAMES)
@@ -59,6 +62,10 @@ def check_default_fields(key: str, data: dict[str, Any]) -> None:
     if axes is not None and (not isinstance(axes, list) or any(v not in MODEL_PARALLEL_AXES for v in axes)):
         allowed = ", ".join(MODEL_PARALLEL_AXES)
         raise SpecError(f"framework {key!r}: model_parallel: {axes!r} is not allowed; give a list of {allowed} (or [])")
+    recompute = data.get("default_recompute")
+    if recompute is not None and recompute not in RECOMPUTE_MODES:
+        allowed = ", ".join(RECOMPUTE_MODES)
+        raise SpecError(f"framework {key!r}: default_recompute: {recompute!r} is not allowed; choose {allowed}")
     if "layer_host_ops_async_sp" in data:
         value = data["layer_host_ops_async_sp"]
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_HOST_OPS:
@@ -199,3 +206,26 @@ def framework_async_sp_host_ops(name: str) -> float | None:
 
     value = presets._checked_framework(name).get("layer_host_ops_async_sp")
     return None if value is None else float(value)
+
+
+def framework_recompute(name: str | None) -> str:
+    """What the stack's trainer recomputes when its config leaves activation checkpointing out
+    (`default_recompute`; "none" where the preset says nothing): MaxText's base.yml remat_policy
+    'full', Paxml's repeated layers under SAVE_NOTHING. A request-layer default: --recompute wins."""
+    from shardwise import presets
+
+    return str(presets._checked_framework(name or "megatron-core").get("default_recompute", "none"))
+
+
+def recompute_origin(name: str | None, given: str | None) -> str:
+    """Where a plan's recompute mode came from, in words, where it is not what the user asked nor
+    "none": "maxtext's default; --recompute none to turn it off" ("" otherwise)."""
+    if given is not None:
+        return ""
+    mode = framework_recompute(name)
+    if mode == "none":
+        return ""
+    from shardwise import presets
+
+    shown = presets.framework(name or "megatron-core")["framework"]
+    return f"{shown}'s default; --recompute none to turn it off"

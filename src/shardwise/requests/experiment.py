@@ -38,6 +38,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
     from shardwise.loaders import parse_plan_spec
     from shardwise.presets import parse_link_spec
     from shardwise.requests.build import flash_attention, stage_kwargs
+    from shardwise.requests.plan_build import default_recompute
     from shardwise.requests.precision import resolved
     from shardwise.specs._checks import MAX_WHOLE, whole_range
     from shardwise.specs.experiment import Experiment
@@ -121,7 +122,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
         workload=o["workload"],
         cost_model=o["cost_model"],
         plan_defaults={
-            "recompute": o["recompute"],
+            "recompute": o.get("recompute") or default_recompute(o),  # None: the framework's
             "flash_attention": flash_attention(o),
             "precision": o["precision"],
             **_framework_defaults(o),

@@ -114,6 +114,14 @@ def default_schedule(o: dict[str, Any]) -> str:
     return framework_schedule(o.get("framework") or "megatron-core") or "1f1b"
 
 
+def default_recompute(o: dict[str, Any]) -> str:
+    """The recompute mode when none is given: the framework's (`default_recompute`: MaxText's
+    remat_policy 'full', Paxml's SAVE_NOTHING; `presets.stack_defaults`), else none."""
+    from shardwise.presets.stack_defaults import framework_recompute
+
+    return framework_recompute(o.get("framework"))
+
+
 def stack_default_notes(o: dict[str, Any], plan: Any) -> list[str]:
     """What a framework's own layout defaults chose where the fields left it open (`notes`)."""
     from shardwise.presets.stack_defaults import framework_schedule, framework_sequence_parallel, not_in_stack
@@ -207,7 +215,7 @@ def build_plan(o: dict[str, Any], n_gpus: int, model: Any = None) -> Any:
         micro_batch=o["micro_batch"],
         vpp=o["vpp"],
         schedule=schedule,
-        recompute=o["recompute"],
+        recompute=o.get("recompute") or default_recompute(o),
         recompute_layers=o.get("recompute_layers") or 0,
         offload_activation_layers=o.get("offload_activations") or 0,
         offload_optimizer=o.get("offload_optimizer") or 0.0,
