@@ -26,6 +26,7 @@ DEFAULT_FIELDS = (
     "schedules",
     "model_parallel",
     "default_recompute",
+    "default_recompute_every",
 )
 # what a stack's trainer recomputes when its config leaves activation checkpointing out
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -66,6 +67,12 @@ def check_default_fields(key: str, data: dict[str, Any]) -> None:
     if recompute is not None and recompute not in RECOMPUTE_MODES:
         allowed = ", ".join(RECOMPUTE_MODES)
         raise SpecError(f"framework {key!r}: default_recompute: {recompute!r} is not allowed; choose {allowed}")
+    every = data.get("default_recompute_every")
+    if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+        raise SpecError(
+            f"framework {key!r}: default_recompute_every: {every!r} is not allowed; give a whole number >= 1 "
+            "(every N-th layer recomputed whole)"
+        )
     if "layer_host_ops_async_sp" in data:
         value = data["layer_host_ops_async_sp"]
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_HOST_OPS:
@@ -217,15 +224,27 @@ def framework_recompute(name: str | None) -> str:
     return str(presets._checked_framework(name or "megatron-core").get("default_recompute", "none"))
 
 
-def recompute_origin(name: str | None, given: str | None) -> str:
+def framework_recompute_every(name: str | None) -> int:
+    """N where the stack's default checkpoints every N-th layer whole (torchtitan's job config:
+    activation_checkpoint mode "selective", selective_ac_option "2"); 0 where the preset says nothing."""
+    from shardwise import presets
+
+    return int(presets._checked_framework(name or "megatron-core").get("default_recompute_every", 0))
+
+
+def recompute_origin(name: str | None, given: str | None, recompute_layers: int = 0) -> str:
     """Where a plan's recompute mode came from, in words, where it is not what the user asked nor
-    "none": "maxtext's default; --recompute none to turn it off" ("" otherwise)."""
+    "none": "maxtext's default; --recompute none to turn it off" ("" otherwise). `recompute_layers`:
+    the --recompute-layers given (the stack's every-N-th-layer default applies only without it)."""
     if given is not None:
         return ""
-    mode = framework_recompute(name)
-    if mode == "none":
+    mode, every = framework_recompute(name), framework_recompute_every(name)
+    if mode == "none" and (every == 0 or recompute_layers):
         return ""
     from shardwise import presets
 
     shown = presets.framework(name or "megatron-core")["framework"]
-    return f"{shown}'s default; --recompute none to turn it off"
+    if mode != "none":
+        return f"{shown}'s default; --recompute none to turn it off"
+    nth = "second" if every == 2 else f"{every}-th"
+    return f"{shown}'s default, every {nth} layer recomputed whole; --recompute none to turn it off"

@@ -122,6 +122,22 @@ def default_recompute(o: dict[str, Any]) -> str:
     return framework_recompute(o.get("framework"))
 
 
+def default_recompute_layers(o: dict[str, Any], pp: int, model: Any) -> int:
+    """The layers of each model chunk recomputed whole when neither --recompute nor
+    --recompute-layers is given, for a stack whose default checkpoints every N-th layer
+    (torchtitan's job config: activation_checkpoint mode "selective", selective_ac_option "2",
+    `_apply_ac_to_transformer_block` wrapping every second block): floor(layers of a chunk / N) of
+    the even split; 0 otherwise. Which layers of a chunk does not change the step time or the memory
+    (`Plan.recompute_layers`)."""
+    from shardwise.presets.stack_defaults import framework_recompute_every
+
+    every = framework_recompute_every(o.get("framework"))
+    if o.get("recompute") is not None or every == 0 or model is None:
+        return 0
+    chunks = max(int(pp), 1) * max(int(o.get("vpp") or 1), 1)
+    return int(model.layers) // chunks // every
+
+
 def stack_default_notes(o: dict[str, Any], plan: Any) -> list[str]:
     """What a framework's own layout defaults chose where the fields left it open (`notes`)."""
     from shardwise.presets.stack_defaults import framework_schedule, framework_sequence_parallel, not_in_stack
@@ -216,7 +232,7 @@ def build_plan(o: dict[str, Any], n_gpus: int, model: Any = None) -> Any:
         vpp=o["vpp"],
         schedule=schedule,
         recompute=o.get("recompute") or default_recompute(o),
-        recompute_layers=o.get("recompute_layers") or 0,
+        recompute_layers=o.get("recompute_layers") or default_recompute_layers(o, pp, model),
         offload_activation_layers=o.get("offload_activations") or 0,
         offload_optimizer=o.get("offload_optimizer") or 0.0,
         recompute_modules=o.get("recompute_modules") or (),

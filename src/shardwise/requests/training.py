@@ -21,6 +21,7 @@ from typing import Any
 from shardwise.emit import TRAINING_TARGETS
 from shardwise.errors import SpecError
 from shardwise.precisions import FP8_PRECISIONS
+from shardwise.presets.stack_defaults import framework_recompute, recompute_origin
 from shardwise.requests import fields as F
 from shardwise.requests.fields import default
 
@@ -221,11 +222,9 @@ class PredictResult:
 
     @property
     def recompute_from(self) -> str:
-        """Where the plan's recompute mode came from when --recompute was not given and the
-        framework's default is not none ("maxtext's default; --recompute none to turn it off"), else ""."""
-        from shardwise.presets.stack_defaults import recompute_origin
-
-        return recompute_origin(self.request.training.framework, self.request.training.recompute)
+        """The header's words on a recompute mode the framework chose (`stack_defaults.recompute_origin`)."""
+        t = self.request.training
+        return recompute_origin(t.framework, t.recompute, t.recompute_layers)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON `predict --json` prints."""
@@ -245,7 +244,6 @@ class PredictResult:
             "tokens_per_s_per_gpu_high": tokens * step / low / n,
             "interval": {"level": 0.8, "basis": self.interval_basis},
             "engine": self.request.engine,
-            # the plan's recompute (scenario.plan.recompute, resolved): asked, or the framework's default
             "recompute_source": "--recompute" if self.request.training.recompute else "framework default",
             "scenario": export.scenario_dict(self.estimate.scenario),
             # the command that prices the step; its launch, where asked, beside it
@@ -365,8 +363,6 @@ def refuse_idle_flags(t: TrainingRequest, model: Any = None) -> None:
     absent): how CP ranks talk without CP, LoRA's targets without LoRA, what selective
     recomputation keeps without it, and with the `model` built, a mixture-of-experts flag on a
     dense model. `predict` asks it (`plan` searches cp and recomputation: not there)."""
-    from shardwise.presets.stack_defaults import framework_recompute
-
     if model is not None:
         _refuse_expert_flags(t, model)
     if t.cp_comm != F.default("cp_comm") and t.cp == 1:
