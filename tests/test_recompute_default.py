@@ -122,3 +122,15 @@ def test_a_bad_default_in_a_framework_file_is_one_line(tmp_path):
         _plan(str(path))
     path.write_text("name: mine\nlike: maxtext\n")
     assert _plan(str(path)).recompute.label == "full"  # a file starting from maxtext keeps its default
+
+
+def test_torchtitan_on_a_mixture_of_experts_says_its_default_is_not_priced():
+    """Layers recomputed whole are priced for dense models only: a MoE on torchtitan without
+    --recompute is priced without recomputation, and a note says so (the header claims nothing)."""
+    req = TrainingRequest(
+        model="mixtral-8x7b", system="dgx-h100", num_gpus=16, ep=8, global_batch=32, framework="torchtitan"
+    )
+    result = PredictRequest(req).run()
+    assert (result.scenario.plan.recompute.label, int(result.scenario.plan.recompute_layers)) == ("none", 0)
+    assert any("one layer in 2 whole, not priced here" in n for n in result.notes)
+    assert result.recompute_from == ""

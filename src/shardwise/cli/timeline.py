@@ -76,7 +76,7 @@ def timeline(plot_path: str | None, no_plot: bool, trace_path: str | None, as_js
     interval = (result.step_time_s_low, result.step_time_s_high, result.interval_basis)
     from shardwise.presets.stack_defaults import recompute_origin
 
-    recompute_from = recompute_origin(request.framework, request.recompute, request.recompute_layers)
+    recompute_from = recompute_origin(request.framework, request.recompute, request.recompute_layers, scn.plan)
     _print(sim_step, result.closed_form_step_time_s, figure, trace_path, interval, recompute_from)
 
 

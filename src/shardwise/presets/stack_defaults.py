@@ -232,14 +232,15 @@ def framework_recompute_every(name: str | None) -> int:
     return int(presets._checked_framework(name or "megatron-core").get("default_recompute_every", 0))
 
 
-def recompute_origin(name: str | None, given: str | None, recompute_layers: int = 0) -> str:
+def recompute_origin(name: str | None, given: str | None, recompute_layers: int = 0, plan: Any = None) -> str:
     """Where a plan's recompute mode came from, in words, where it is not what the user asked nor
     "none": "maxtext's default; --recompute none to turn it off" ("" otherwise). `recompute_layers`:
-    the --recompute-layers given (the stack's every-N-th-layer default applies only without it)."""
+    the --recompute-layers given (the stack's every-N-th-layer default applies only without it);
+    `plan`: the plan priced (a mixture of experts takes no every-N-th-layer default)."""
     if given is not None:
         return ""
     mode, every = framework_recompute(name), framework_recompute_every(name)
-    if mode == "none" and (every == 0 or recompute_layers):
+    if mode == "none" and (every == 0 or recompute_layers or (plan is not None and int(plan.recompute_layers) == 0)):
         return ""
     from shardwise import presets
 

@@ -128,11 +128,12 @@ def default_recompute_layers(o: dict[str, Any], pp: int, model: Any) -> int:
     (torchtitan's job config: activation_checkpoint mode "selective", selective_ac_option "2",
     `_apply_ac_to_transformer_block` wrapping every second block): floor(layers of a chunk / N) of
     the even split; 0 otherwise. Which layers of a chunk does not change the step time or the memory
-    (`Plan.recompute_layers`)."""
+    (`Plan.recompute_layers`). A mixture of experts: 0 (layers recomputed whole are priced for dense
+    models only; `stack_default_notes` says so)."""
     from shardwise.presets.stack_defaults import framework_recompute_every
 
     every = framework_recompute_every(o.get("framework"))
-    if o.get("recompute") is not None or every == 0 or model is None:
+    if o.get("recompute") is not None or every == 0 or model is None or getattr(model, "is_moe", False):
         return 0
     chunks = max(int(pp), 1) * max(int(o.get("vpp") or 1), 1)
     return int(model.layers) // chunks // every
@@ -154,6 +155,15 @@ def stack_default_notes(o: dict[str, Any], plan: Any) -> list[str]:
         out.append(
             f"{plan.framework}'s default TP all-reduces, without sequence parallelism (--sequence-parallel to split)"
         )
+    if o.get("recompute") is None and not o.get("recompute_layers") and int(plan.recompute_layers) == 0:
+        from shardwise.presets.stack_defaults import framework_recompute_every
+
+        every = framework_recompute_every(stack)
+        if every:  # a mixture of experts, or a chunk of fewer layers (`default_recompute_layers`)
+            out.append(
+                f"{plan.framework}'s default recomputes one layer in {every} whole, not priced here (a mixture of "
+                f"experts, or fewer than {every} layers a chunk): priced without recomputation (give --recompute)"
+            )
     missing = not_in_stack(stack, plan, shown_as=str(plan.framework))
     if missing:
         out.append(f"{missing}; priced as asked")

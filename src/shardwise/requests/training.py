@@ -224,7 +224,7 @@ class PredictResult:
     def recompute_from(self) -> str:
         """The header's words on a recompute mode the framework chose (`stack_defaults.recompute_origin`)."""
         t = self.request.training
-        return recompute_origin(t.framework, t.recompute, t.recompute_layers)
+        return recompute_origin(t.framework, t.recompute, t.recompute_layers, self.scenario.plan)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON `predict --json` prints."""
