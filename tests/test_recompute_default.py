@@ -134,3 +134,14 @@ def test_torchtitan_on_a_mixture_of_experts_says_its_default_is_not_priced():
     assert (result.scenario.plan.recompute.label, int(result.scenario.plan.recompute_layers)) == ("none", 0)
     assert any("one layer in 2 whole, not priced here" in n for n in result.notes)
     assert result.recompute_from == ""
+
+
+@pytest.mark.parametrize("framework", [None, "torchtitan"])
+def test_emit_torchtitan_prices_the_mode_its_launch_writes(framework):
+    """torchtitan's launch states activation_checkpoint.mode from the plan, not its job config's
+    every-second-layer default: without --recompute, `--emit torchtitan` prices and writes none."""
+    fields = {**JOB, **({"framework": framework} if framework else {})}
+    result = PredictRequest(TrainingRequest(**fields), emit="torchtitan").run()
+    plan = result.scenario.plan
+    assert (plan.recompute.label, int(plan.recompute_layers)) == ("none", 0)
+    assert "activation-checkpoint:none" in result.launch_text()
