@@ -92,11 +92,22 @@ def split(candidate: Candidate, rows: list[dict[str, str]]) -> tuple[list[dict[s
 
 def write(path: Path, rows: list[dict[str, str]]) -> None:
     """`rows` as a runs CSV; each run's group is its GPU count, so `validate --runs` reports by scale;
-    its source names the published table and row."""
+    its source names the published table and row. A blank `recompute` is written as the "none" that
+    `validate public` prices it at (analyses/public_stacks.recompute), since a runs CSV's blank means
+    the framework's default (calibration/runs.py; maxtext's is full) and the showcase prices the runs
+    as the public table does."""
     with path.open("w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, COLUMNS, extrasaction="ignore", lineterminator="\n")
         w.writeheader()
-        w.writerows({**r, "group": f"{r['num_gpus']} GPUs", "source": f"{r['source']} :: {r['locator']}"} for r in rows)
+        w.writerows(
+            {
+                **r,
+                "recompute": r["recompute"] or "none",
+                "group": f"{r['num_gpus']} GPUs",
+                "source": f"{r['source']} :: {r['locator']}",
+            }
+            for r in rows
+        )
 
 
 def public_rows() -> list[dict[str, str]]:

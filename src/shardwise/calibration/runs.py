@@ -7,9 +7,9 @@ micro_batch_size, are accepted as aliases):
 - num_gpus, tp, pp, global_batch (alias gbs); optional dp (default: num_gpus / (tp pp cp)), cp,
   vpp (alias vp), micro_batch (alias mbs, default 1), ep and etp (a mixture of experts' expert
   parallelism, default 1 and tp), layers and seq_len (override the model's),
-  recompute (none / selective / full), precision (bf16 / fp8), framework (a --framework preset or
-  YAML file, a relative path read from the CSV's folder; default megatron-core), sequence_parallel
-  (default: the framework's, else on when tp > 1),
+  recompute (none / selective / full; blank: the framework's default, full for maxtext and paxml),
+  precision (bf16 / fp8), framework (a --framework preset or YAML file, a relative path read from
+  the CSV's folder; default megatron-core), sequence_parallel (default: the framework's, else on when tp > 1),
   schedule (gpipe / 1f1b / zb-h1 / interleaved; default: the framework's, else 1f1b), async_tp_grad
   (default: the framework's), zero (default: the framework's), gpus_per_node (default: the system's);
 - the measurement, one of: step_time_s, tokens_per_s_per_gpu, model_tflops_per_gpu (with
@@ -311,14 +311,14 @@ def _run(row: dict[str, str], where: str) -> Run:
 
 def training_request(row: dict[str, str], where: str) -> Any:
     """The `TrainingRequest` of a run's row: its columns are the request's fields (the same
-    defaults as `predict`: the framework's schedule, sequence parallelism and ZeRO stage),
+    defaults as `predict`: the framework's schedule, sequence parallelism, ZeRO stage and recompute),
     with the table's spellings (`recompute` 'full (uniform, 1 layer)', `fsdp` ranks = ZeRO-3)."""
     from shardwise.requests.training import TrainingRequest
 
     optional = ("cp", "dp", "vpp", "micro_batch", "ep", "etp")
     for key in ("num_gpus", "tp", "pp", "global_batch", *(k for k in optional if row.get(k))):
         _whole(row, key, where)
-    recompute = (row.get("recompute") or "none").lower()
+    recompute = (row.get("recompute") or "").lower()  # blank: the framework's default (`default_recompute`)
     found = re.match(r"(full|selective|none)\b", recompute)  # 'full (uniform, 1 layer)' is full
     zero = row.get("zero") or ""
     if zero and zero not in ("0", "1", "2", "3", "0.0", "1.0", "2.0", "3.0"):

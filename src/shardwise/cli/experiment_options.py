@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from shardwise.cli.options import LINK_NAME, NAME_OR_FILE, _stack, alias_option, cluster_options, model_name, non_empty
+from shardwise.cli.plan_flags import RECOMPUTE_HELP
 from shardwise.precisions import TRAINING_PRECISIONS
 from shardwise.requests.fields import EXPERIMENT_FIELDS, default
 
@@ -145,7 +146,12 @@ experiment_options = _stack(
         show_default=True,
         help="physical: shardwise's model; textbook: the brief's Section 7 formulas, verbatim.",
     ),
-    click.option("--recompute", type=choice(["none", "selective", "full"]), default=_d("recompute"), show_default=True),
+    click.option(
+        "--recompute",
+        type=choice(["none", "selective", "full"]),
+        default=_d("recompute"),
+        help=RECOMPUTE_HELP,
+    ),
     click.option(
         "--flash-attention/--no-flash-attention",
         default=_d("flash_attention"),

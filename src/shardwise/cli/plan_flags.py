@@ -11,6 +11,13 @@ from shardwise.cli.option_kit import NAME_OR_FILE, F, FiniteRange, non_empty, st
 from shardwise.precisions import FP8_RECIPES, TRAINING_PRECISIONS
 from shardwise.requests.fields import SELECTIVE_POLICIES
 
+# --recompute's help: without the flag the stack's own default applies (`presets.stack_defaults.framework_recompute`)
+RECOMPUTE_HELP = (
+    "Activation recomputation [default: the framework's (`default_recompute`): full for maxtext and paxml "
+    "(MaxText's remat_policy 'full', Praxis's SAVE_NOTHING); torchtitan's every second layer whole in predict "
+    "and timeline (its job config's selective_ac_option 2); none for the others]."
+)
+
 # LoRA fine-tuning, on predict and on plan
 lora_rank_option = click.option(
     "--lora-rank",
@@ -193,9 +200,8 @@ plan_layout_options = stack_options(
     click.option(
         "--recompute",
         type=click.Choice(["none", "selective", "full"], case_sensitive=False),
-        default="none",
-        show_default=True,
-        help="Activation recomputation.",
+        default=None,
+        help=RECOMPUTE_HELP,
     ),
     recompute_layers_option,
     offload_activations_option,

@@ -47,6 +47,7 @@ def predict(engine: str, as_json: bool, emit: str | None, emit_version: str | No
         return
     from shardwise.cli.render import print_estimate
 
-    print_estimate(result.estimate, (result.step_time_s_low, result.step_time_s_high, result.interval_basis))
+    interval = (result.step_time_s_low, result.step_time_s_high, result.interval_basis)
+    print_estimate(result.estimate, interval, result.recompute_from)
     if result.launch is not None:
         click.echo(result.launch_text())

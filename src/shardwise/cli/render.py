@@ -147,7 +147,9 @@ def _f(x: Any) -> float:
     return float(x)
 
 
-def describe_scenario(est: TrainingEstimate) -> list[str]:
+def describe_scenario(est: TrainingEstimate, recompute_from: str = "") -> list[str]:
+    """The header: model and cluster, plan, framework. `recompute_from`: where the recompute mode
+    came from when the user gave none ("maxtext's default; ...", `presets.stack_defaults.recompute_origin`)."""
     scn = est.scenario
     m, c, p = scn.model, scn.cluster, scn.plan
     n = int(_f(c.num_gpus))
@@ -165,7 +167,8 @@ def describe_scenario(est: TrainingEstimate) -> list[str]:
         f"{c.intra_node_link.name} inside{inter})",
         f"plan: tp={p.tp} pp={p.pp}{cp} dp={p.dp}, {sched}, global batch {p.global_batch} = dp {p.dp} x "
         f"{p.num_micro_batches} micro-batch{'es' * (int(p.num_micro_batches) != 1)} of {p.micro_batch}, "
-        f"recompute={p.recompute.label}{_modules(p)}{_whole(p, int(m.layers))}, "
+        f"recompute={p.recompute.label}{_modules(p)}{_whole(p, int(m.layers))}"
+        f"{f' ({recompute_from})' if recompute_from else ''}, "
         f"sequence-parallel={_sp(p)}, ZeRO-{p.zero_stage}, {p.precision}"
         + (
             f", hybrid sharding: state sharded over {p.shard_group} ranks, {p.replicas} replicas"
@@ -263,10 +266,13 @@ def interval_words(low: float, high: float, centre: float, basis: str) -> str:
     return f"80% interval {low / centre - 1:+.0%}/{high / centre - 1:+.0%}, {basis}"
 
 
-def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | None = None) -> None:
-    """The estimate as tables; `interval` = (low, high, basis) of the step time's 80% interval."""
+def print_estimate(
+    est: TrainingEstimate, interval: tuple[float, float, str] | None = None, recompute_from: str = ""
+) -> None:
+    """The estimate as tables; `interval` = (low, high, basis) of the step time's 80% interval;
+    `recompute_from`: the header's words on a recompute mode the framework chose (`describe_scenario`)."""
     out = console()
-    for line in describe_scenario(est):
+    for line in describe_scenario(est, recompute_from):
         out.print(line)
     out.print()
     step = _f(est.step_time_s)

@@ -47,7 +47,8 @@ def timeline(plot_path: str | None, no_plot: bool, trace_path: str | None, as_js
     ):
         if path is not None:
             check_output_path(path, allowed, flag)
-    result = TimelineRequest(request_of(options)).run()
+    request = request_of(options)
+    result = TimelineRequest(request).run()
     echo_notes(result.notes)
     sim_step, scn = result.simulated, result.simulated.estimate.scenario
     sim = sim_step.simulation
@@ -74,11 +75,19 @@ def timeline(plot_path: str | None, no_plot: bool, trace_path: str | None, as_js
         click.echo(export.dumps(result.as_dict(), compact=len(sim.records) > COMPACT_JSON_OPERATIONS))
         return
     interval = (result.step_time_s_low, result.step_time_s_high, result.interval_basis)
-    _print(sim_step, result.closed_form_step_time_s, figure, trace_path, interval)
+    from shardwise.presets.stack_defaults import recompute_origin
+
+    recompute_from = recompute_origin(request.framework, request.recompute, request.recompute_layers, scn.plan)
+    _print(sim_step, result.closed_form_step_time_s, figure, trace_path, interval, recompute_from)
 
 
 def _print(
-    sim_step: Any, closed_s: float, figure: Any, trace_path: str | None, interval: tuple[float, float, str]
+    sim_step: Any,
+    closed_s: float,
+    figure: Any,
+    trace_path: str | None,
+    interval: tuple[float, float, str],
+    recompute_from: str = "",
 ) -> None:
     from rich.table import Table
 
@@ -87,7 +96,7 @@ def _print(
 
     out = console()
     est, sim = sim_step.estimate, sim_step.simulation
-    for line in describe_scenario(est):
+    for line in describe_scenario(est, recompute_from):
         out.print(line)
     step = float(est.step_time_s)
     out.print(

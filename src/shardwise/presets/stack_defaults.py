@@ -25,7 +25,11 @@ DEFAULT_FIELDS = (
     "zero_stages",
     "schedules",
     "model_parallel",
+    "default_recompute",
+    "default_recompute_every",
 )
+# what a stack's trainer recomputes when its config leaves activation checkpointing out
+RECOMPUTE_MODES = ("none", "selective", "full")
 # the model-parallel axes a stack may implement (`model_parallel`): tensor, pipeline and context parallelism
 AXIS_NAMES = {"tp": "tensor", "pp": "pipeline", "cp": "context"}
 MODEL_PARALLEL_AXES = tuple(AXIS_NAMES)
@@ -59,6 +63,16 @@ def check_default_fields(key: str, data: dict[str, Any]) -> None:
     if axes is not None and (not isinstance(axes, list) or any(v not in MODEL_PARALLEL_AXES for v in axes)):
         allowed = ", ".join(MODEL_PARALLEL_AXES)
         raise SpecError(f"framework {key!r}: model_parallel: {axes!r} is not allowed; give a list of {allowed} (or [])")
+    recompute = data.get("default_recompute")
+    if recompute is not None and recompute not in RECOMPUTE_MODES:
+        allowed = ", ".join(RECOMPUTE_MODES)
+        raise SpecError(f"framework {key!r}: default_recompute: {recompute!r} is not allowed; choose {allowed}")
+    every = data.get("default_recompute_every")
+    if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+        raise SpecError(
+            f"framework {key!r}: default_recompute_every: {every!r} is not allowed; give a whole number >= 1 "
+            "(every N-th layer recomputed whole)"
+        )
     if "layer_host_ops_async_sp" in data:
         value = data["layer_host_ops_async_sp"]
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_HOST_OPS:
@@ -199,3 +213,39 @@ def framework_async_sp_host_ops(name: str) -> float | None:
 
     value = presets._checked_framework(name).get("layer_host_ops_async_sp")
     return None if value is None else float(value)
+
+
+def framework_recompute(name: str | None) -> str:
+    """What the stack's trainer recomputes when its config leaves activation checkpointing out
+    (`default_recompute`; "none" where the preset says nothing): MaxText's base.yml remat_policy
+    'full', Paxml's repeated layers under SAVE_NOTHING. A request-layer default: --recompute wins."""
+    from shardwise import presets
+
+    return str(presets._checked_framework(name or "megatron-core").get("default_recompute", "none"))
+
+
+def framework_recompute_every(name: str | None) -> int:
+    """N where the stack's default checkpoints every N-th layer whole (torchtitan's job config:
+    activation_checkpoint mode "selective", selective_ac_option "2"); 0 where the preset says nothing."""
+    from shardwise import presets
+
+    return int(presets._checked_framework(name or "megatron-core").get("default_recompute_every", 0))
+
+
+def recompute_origin(name: str | None, given: str | None, recompute_layers: int = 0, plan: Any = None) -> str:
+    """Where a plan's recompute mode came from, in words, where it is not what the user asked nor
+    "none": "maxtext's default; --recompute none to turn it off" ("" otherwise). `recompute_layers`:
+    the --recompute-layers given (the stack's every-N-th-layer default applies only without it);
+    `plan`: the plan priced (a mixture of experts takes no every-N-th-layer default)."""
+    if given is not None:
+        return ""
+    mode, every = framework_recompute(name), framework_recompute_every(name)
+    if mode == "none" and (every == 0 or recompute_layers or (plan is not None and int(plan.recompute_layers) == 0)):
+        return ""
+    from shardwise import presets
+
+    shown = presets.framework(name or "megatron-core")["framework"]
+    if mode != "none":
+        return f"{shown}'s default; --recompute none to turn it off"
+    nth = "second" if every == 2 else f"{every}-th"
+    return f"{shown}'s default, every {nth} layer recomputed whole; --recompute none to turn it off"

@@ -56,7 +56,7 @@ class ExperimentRequest:
     micro_batch: int = _d("micro_batch")
     workload: str = _d("workload")
     cost_model: str = _d("cost_model")
-    recompute: str = _d("recompute")
+    recompute: str | None = _d("recompute")  # None: the framework's (`default_recompute`)
     flash_attention: bool | None = _d("flash_attention")
     precision: str | None = _d("precision")  # None: bf16, fp16 on a GPU without BF16
     framework: str = _d("framework")

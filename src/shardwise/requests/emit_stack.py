@@ -27,6 +27,13 @@ def emit_training(training: Any, target: str) -> tuple[Any, str | None]:
 
     stacks = TARGET_STACKS[target]
     framework = training.framework or DEFAULT_FRAMEWORK
+    if training.recompute is None and not training.recompute_layers:
+        # the launch writes the plan's recompute mode (torchtitan: activation_checkpoint.mode), not a
+        # stack's every-N-th-layer default, which its emitter cannot state (`stack_defaults.framework_recompute`)
+        from shardwise.presets.stack_defaults import framework_recompute
+
+        final = framework if framework != DEFAULT_FRAMEWORK or builtin_of(framework) in stacks else stacks[0]
+        training = replace(training, recompute=framework_recompute(final))
     if builtin_of(framework) in stacks:
         return training, None
     if framework != DEFAULT_FRAMEWORK:

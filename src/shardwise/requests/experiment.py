@@ -39,6 +39,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
     from shardwise.presets import parse_link_spec
     from shardwise.requests import attention
     from shardwise.requests.build import flash_attention, stage_kwargs
+    from shardwise.requests.plan_build import default_recompute
     from shardwise.requests.precision import resolved
     from shardwise.specs._checks import MAX_WHOLE, whole_range
     from shardwise.specs.experiment import Experiment
@@ -123,7 +124,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
         workload=o["workload"],
         cost_model=o["cost_model"],
         plan_defaults={
-            "recompute": o["recompute"],
+            "recompute": o.get("recompute") or default_recompute(o),  # None: the framework's
             "flash_attention": flash_attention(o),
             "precision": o["precision"],
             **_framework_defaults(o),

@@ -88,7 +88,7 @@ PLAN_FIELDS = (
     _f("global_batch", "int"),
     _f("micro_batch", "int", 1),
     _f("schedule", "str", None, "gpipe", "1f1b", "interleaved", "zb-h1"),
-    _f("recompute", "str", "none", "none", "selective", "full"),
+    _f("recompute", "str", None, "none", "selective", "full"),  # None: the framework's (`default_recompute`)
     _f("recompute_layers", "int", 0),
     _f("offload_activations", "int", 0),  # layers offloaded to host memory (`Plan.offload_activation_layers`)
     _f("offload_optimizer", "float", 0.0),  # the optimizer state's share on the host CPU (`Plan.offload_optimizer`)
@@ -166,7 +166,7 @@ EXPERIMENT_FIELDS = (
     _f("micro_batch", "int", 1),
     _f("workload", "str", "train", "train", "forward", "prefill", "decode"),
     _f("cost_model", "str", "physical", "physical", "textbook"),
-    _f("recompute", "str", "none", "none", "selective", "full"),
+    _f("recompute", "str", None, "none", "selective", "full"),  # None: the framework's (`default_recompute`)
     _f("flash_attention", "bool"),  # None: the framework's (`build.flash_attention`), else on
     _f("precision", "str"),  # None: bf16, fp16 on a GPU without BF16 (`requests.precision`); else TRAINING_PRECISIONS
     _f("framework", "str", "megatron-core"),

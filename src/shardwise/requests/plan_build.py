@@ -114,6 +114,31 @@ def default_schedule(o: dict[str, Any]) -> str:
     return framework_schedule(o.get("framework") or "megatron-core") or "1f1b"
 
 
+def default_recompute(o: dict[str, Any]) -> str:
+    """The recompute mode when none is given: the framework's (`default_recompute`: MaxText's
+    remat_policy 'full', Paxml's SAVE_NOTHING; `presets.stack_defaults`), else none."""
+    from shardwise.presets.stack_defaults import framework_recompute
+
+    return framework_recompute(o.get("framework"))
+
+
+def default_recompute_layers(o: dict[str, Any], pp: int, model: Any) -> int:
+    """The layers of each model chunk recomputed whole when neither --recompute nor
+    --recompute-layers is given, for a stack whose default checkpoints every N-th layer
+    (torchtitan's job config: activation_checkpoint mode "selective", selective_ac_option "2",
+    `_apply_ac_to_transformer_block` wrapping every second block): floor(layers of a chunk / N) of
+    the even split; 0 otherwise. Which layers of a chunk does not change the step time or the memory
+    (`Plan.recompute_layers`). A mixture of experts: 0 (layers recomputed whole are priced for dense
+    models only; `stack_default_notes` says so)."""
+    from shardwise.presets.stack_defaults import framework_recompute_every
+
+    every = framework_recompute_every(o.get("framework"))
+    if o.get("recompute") is not None or every == 0 or model is None or getattr(model, "is_moe", False):
+        return 0
+    chunks = max(int(pp), 1) * max(int(o.get("vpp") or 1), 1)
+    return int(model.layers) // chunks // every
+
+
 def stack_default_notes(o: dict[str, Any], plan: Any) -> list[str]:
     """What a framework's own layout defaults chose where the fields left it open (`notes`)."""
     from shardwise.presets.stack_defaults import framework_schedule, framework_sequence_parallel, not_in_stack
@@ -130,6 +155,15 @@ def stack_default_notes(o: dict[str, Any], plan: Any) -> list[str]:
         out.append(
             f"{plan.framework}'s default TP all-reduces, without sequence parallelism (--sequence-parallel to split)"
         )
+    if o.get("recompute") is None and not o.get("recompute_layers") and int(plan.recompute_layers) == 0:
+        from shardwise.presets.stack_defaults import framework_recompute_every
+
+        every = framework_recompute_every(stack)
+        if every:  # a mixture of experts, or a chunk of fewer layers (`default_recompute_layers`)
+            out.append(
+                f"{plan.framework}'s default recomputes one layer in {every} whole, not priced here (a mixture of "
+                f"experts, or fewer than {every} layers a chunk): priced without recomputation (give --recompute)"
+            )
     missing = not_in_stack(stack, plan, shown_as=str(plan.framework))
     if missing:
         out.append(f"{missing}; priced as asked")
@@ -207,8 +241,8 @@ def build_plan(o: dict[str, Any], n_gpus: int, model: Any = None) -> Any:
         micro_batch=o["micro_batch"],
         vpp=o["vpp"],
         schedule=schedule,
-        recompute=o["recompute"],
-        recompute_layers=o.get("recompute_layers") or 0,
+        recompute=o.get("recompute") or default_recompute(o),
+        recompute_layers=o.get("recompute_layers") or default_recompute_layers(o, pp, model),
         offload_activation_layers=o.get("offload_activations") or 0,
         offload_optimizer=o.get("offload_optimizer") or 0.0,
         recompute_modules=o.get("recompute_modules") or (),

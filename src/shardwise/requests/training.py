@@ -21,6 +21,7 @@ from typing import Any
 from shardwise.emit import TRAINING_TARGETS
 from shardwise.errors import SpecError
 from shardwise.precisions import FP8_PRECISIONS
+from shardwise.presets.stack_defaults import framework_recompute, recompute_origin
 from shardwise.requests import fields as F
 from shardwise.requests.fields import default
 
@@ -67,7 +68,7 @@ class TrainingRequest:
     global_batch: int | None = default("global_batch")
     micro_batch: int = default("micro_batch")
     schedule: str | None = default("schedule")
-    recompute: str = default("recompute")
+    recompute: str | None = default("recompute")  # None: the framework's (`default_recompute`), else none
     recompute_layers: int = default("recompute_layers")
     offload_activations: int = default("offload_activations")
     offload_optimizer: float = default("offload_optimizer")
@@ -219,6 +220,12 @@ class PredictResult:
     def scenario(self) -> Any:
         return self.estimate.scenario
 
+    @property
+    def recompute_from(self) -> str:
+        """The header's words on a recompute mode the framework chose (`stack_defaults.recompute_origin`)."""
+        t = self.request.training
+        return recompute_origin(t.framework, t.recompute, t.recompute_layers, self.scenario.plan)
+
     def as_dict(self) -> dict[str, Any]:
         """The JSON `predict --json` prints."""
         from shardwise import export
@@ -237,6 +244,7 @@ class PredictResult:
             "tokens_per_s_per_gpu_high": tokens * step / low / n,
             "interval": {"level": 0.8, "basis": self.interval_basis},
             "engine": self.request.engine,
+            "recompute_source": "--recompute" if self.request.training.recompute else "framework default",
             "scenario": export.scenario_dict(self.estimate.scenario),
             # the command that prices the step; its launch, where asked, beside it
             # what was assumed (the command line prints them on stderr), and `plan`'s headroom where it is short
@@ -361,13 +369,14 @@ def refuse_idle_flags(t: TrainingRequest, model: Any = None) -> None:
         raise SpecError(f"--cp-comm {t.cp_comm}: with --cp 1 no context-parallel ranks exchange anything; add --cp")
     if t.lora_targets != F.default("lora_targets") and t.lora_rank == 0:
         raise SpecError("--lora-targets names the layers of LoRA's adapters; add --lora-rank R")
-    if t.selective_policy is not None and t.recompute != "selective":
+    recompute = t.recompute or framework_recompute(t.framework)  # None: the framework's default
+    if t.selective_policy is not None and recompute != "selective":
         raise SpecError(
             f"--selective-policy says what --recompute selective recomputes; it is not used with --recompute "
-            f"{t.recompute}"
+            f"{recompute}" + ("" if t.recompute else f" ({t.framework}'s default)")
         )
-    if t.partition_activations and t.recompute != "full":  # DeepSpeed splits what full recomputation keeps
-        raise SpecError(f"--partition-activations needs --recompute full (not {t.recompute}): add it or drop the flag")
+    if t.partition_activations and recompute != "full":  # DeepSpeed splits what full recomputation keeps
+        raise SpecError(f"--partition-activations needs --recompute full (not {recompute}): add it or drop the flag")
 
 
 def _refuse_expert_flags(t: TrainingRequest, model: Any) -> None:

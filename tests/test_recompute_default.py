@@ -1,0 +1,147 @@
+"""Without --recompute a plan takes the stack's own default (`default_recompute`,
+`default_recompute_every`, presets/frameworks.yaml): MaxText's base.yml remat_policy 'full', Praxis's
+SAVE_NOTHING, torchtitan's job config (every second layer checkpointed whole), none elsewhere. An
+explicit --recompute always wins, the header and the JSON say where the mode came from."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from shardwise import presets
+from shardwise.cli import cli as main
+from shardwise.errors import SpecError
+from shardwise.presets.stack_defaults import framework_recompute, framework_recompute_every, recompute_origin
+from shardwise.requests import TrainingRequest
+from shardwise.requests.training import PredictRequest
+
+JOB = {"model": "llama3-8b", "system": "dgx-h100", "num_gpus": 8, "global_batch": 16}
+# the stack's default when the user gives none: (recompute, layers of each chunk recomputed whole at pp 1)
+EXPECTED = {
+    "maxtext": ("full", 0),
+    "paxml": ("full", 0),
+    "torchtitan": ("none", 16),  # llama3-8b's 32 layers, every second one
+    "torchtitan-compile": ("none", 16),
+}
+
+
+def _plan(framework: str, **fields: object):
+    return TrainingRequest(**{**JOB, "framework": framework, **fields}).scenario().plan
+
+
+@pytest.mark.parametrize("framework", sorted(presets.raw("frameworks")))
+def test_each_framework_prices_its_own_default(framework):
+    recompute, layers = EXPECTED.get(framework, ("none", 0))
+    plan = _plan(framework)
+    assert plan.recompute.label == recompute
+    assert int(plan.recompute_layers) == layers
+
+
+@pytest.mark.parametrize("framework", ["maxtext", "paxml", "torchtitan", "megatron-core"])
+@pytest.mark.parametrize("given", ["none", "selective", "full"])
+def test_an_explicit_recompute_wins(framework, given):
+    plan = _plan(framework, recompute=given)
+    assert plan.recompute.label == given
+    assert int(plan.recompute_layers) == 0  # the every-N-th-layer default only without --recompute
+
+
+def test_the_default_changes_the_price():
+    """MaxText's default recomputes every layer: less activation memory and more compute than none."""
+    default = PredictRequest(TrainingRequest(**JOB, framework="maxtext")).run()
+    none = PredictRequest(TrainingRequest(**JOB, framework="maxtext", recompute="none")).run()
+    assert float(default.estimate.memory.total_bytes) < float(none.estimate.memory.total_bytes)
+    assert float(default.estimate.step_time_s) > float(none.estimate.step_time_s)
+
+
+def test_recompute_layers_given_keeps_torchtitan_from_its_default():
+    plan = _plan("torchtitan", recompute_layers=3)
+    assert (plan.recompute.label, int(plan.recompute_layers)) == ("none", 3)
+    assert recompute_origin("torchtitan", None, 3) == ""
+
+
+def test_every_nth_layer_counts_the_layers_of_a_chunk():
+    plan = _plan("torchtitan", pp=2)  # 16 layers a stage: 8 of them
+    assert int(plan.recompute_layers) == 8
+    plan = _plan("torchtitan", pp=2, vpp=2, global_batch=16)  # 8 a chunk: 4
+    assert int(plan.recompute_layers) == 4
+
+
+def test_the_words_say_where_it_came_from():
+    assert recompute_origin("maxtext", None) == "maxtext's default; --recompute none to turn it off"
+    assert recompute_origin("maxtext", "full") == ""
+    assert recompute_origin("megatron-core", None) == ""
+    assert "every second layer" in recompute_origin("torchtitan", None)
+    assert framework_recompute("deepspeed") == "none" and framework_recompute_every("deepspeed") == 0
+
+
+def test_predict_header_and_json():
+    args = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--num-gpus", "8", "--global-batch", "16"]
+    out = CliRunner().invoke(main, [*args, "--framework", "maxtext"])
+    assert out.exit_code == 0, out.output
+    header = " ".join(out.output.split())  # the console wraps the header
+    assert "recompute=full (maxtext's default; --recompute none to turn it off)" in header
+    out = CliRunner().invoke(main, [*args, "--framework", "maxtext", "--recompute", "none"])
+    assert "recompute=none," in " ".join(out.output.split()) and "maxtext's default" not in out.output
+    out = CliRunner().invoke(main, [*args, "--framework", "maxtext", "--json"])
+    data = json.loads(out.stdout)
+    assert data["scenario"]["plan"]["recompute"] == "full"
+    assert data["recompute_source"] == "framework default"
+    out = CliRunner().invoke(main, [*args, "--framework", "maxtext", "--recompute", "selective", "--json"])
+    data = json.loads(out.stdout)
+    assert (data["scenario"]["plan"]["recompute"], data["recompute_source"]) == ("selective", "--recompute")
+
+
+def test_selective_policy_against_a_full_default_is_refused_with_its_origin():
+    with pytest.raises(SpecError, match=r"--recompute full \(maxtext's default\)"):
+        PredictRequest(TrainingRequest(**JOB, framework="maxtext", selective_policy="minimal"))
+
+
+def test_the_command_line_of_a_request_leaves_the_default_out():
+    req = TrainingRequest(**JOB, framework="maxtext")
+    assert "--recompute" not in req.to_argv()
+    assert TrainingRequest.from_argv(req.to_argv()).recompute is None
+
+
+def test_calibration_blank_recompute_is_the_framework_default():
+    from shardwise.calibration.runs import training_request
+
+    row = {"model": "llama3-8b", "system": "dgx-h100", "num_gpus": "8", "tp": "1", "pp": "1", "global_batch": "16"}
+    blank = training_request({**row, "framework": "maxtext", "recompute": ""}, "row 1")
+    assert blank.scenario().plan.recompute.label == "full"
+    none = training_request({**row, "framework": "maxtext", "recompute": "none"}, "row 1")
+    assert none.scenario().plan.recompute.label == "none"
+    assert training_request({**row, "recompute": ""}, "row 1").scenario().plan.recompute.label == "none"
+
+
+def test_a_bad_default_in_a_framework_file_is_one_line(tmp_path):
+    path = tmp_path / "fw.yaml"
+    path.write_text("name: mine\nlike: fsdp\ndefault_recompute: sometimes\n")
+    with pytest.raises(SpecError, match="default_recompute: 'sometimes' is not allowed"):
+        _plan(str(path))
+    path.write_text("name: mine\nlike: maxtext\n")
+    assert _plan(str(path)).recompute.label == "full"  # a file starting from maxtext keeps its default
+
+
+def test_torchtitan_on_a_mixture_of_experts_says_its_default_is_not_priced():
+    """Layers recomputed whole are priced for dense models only: a MoE on torchtitan without
+    --recompute is priced without recomputation, and a note says so (the header claims nothing)."""
+    req = TrainingRequest(
+        model="mixtral-8x7b", system="dgx-h100", num_gpus=16, ep=8, global_batch=32, framework="torchtitan"
+    )
+    result = PredictRequest(req).run()
+    assert (result.scenario.plan.recompute.label, int(result.scenario.plan.recompute_layers)) == ("none", 0)
+    assert any("one layer in 2 whole, not priced here" in n for n in result.notes)
+    assert result.recompute_from == ""
+
+
+@pytest.mark.parametrize("framework", [None, "torchtitan"])
+def test_emit_torchtitan_prices_the_mode_its_launch_writes(framework):
+    """torchtitan's launch states activation_checkpoint.mode from the plan, not its job config's
+    every-second-layer default: without --recompute, `--emit torchtitan` prices and writes none."""
+    fields = {**JOB, **({"framework": framework} if framework else {})}
+    result = PredictRequest(TrainingRequest(**fields), emit="torchtitan").run()
+    plan = result.scenario.plan
+    assert (plan.recompute.label, int(plan.recompute_layers)) == ("none", 0)
+    assert "activation-checkpoint:none" in result.launch_text()
