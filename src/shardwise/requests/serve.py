@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from shardwise.errors import SpecError
 from shardwise.precisions import STORAGE_PRECISIONS
 from shardwise.requests import fields as F
+from shardwise.requests.field_ranges import require
+from shardwise.requests.serve_flags import check_serve_fields
 from shardwise.requests.training import TrainingRequest
 from shardwise.specs.serving import ENGINE_ALL_REDUCE
 
@@ -105,7 +107,9 @@ class ServeRequest:
     hf_id: str | None = None
 
     def __post_init__(self) -> None:
+        require(self, "target", TrainingRequest)
         F.normalize(self, SERVE_FIELDS, where=True)
+        check_serve_fields(self)  # the ranges `serve` checks, before `.command()` can print them
         if self.framework is None:  # --emit vllm prices the plans as the vLLM server it prints runs them
             object.__setattr__(self, "framework", "vllm" if self.emit == "vllm" else "tensorrt-llm")
         # flags that only qualify another: one line each where that other is missing
@@ -129,7 +133,7 @@ class ServeRequest:
 
     @classmethod
     def from_argv(cls, argv: list[str] | tuple[str, ...] | str) -> ServeRequest:
-        args = shlex.split(argv) if isinstance(argv, str) else list(argv)
+        args = F.split_argv(argv)
         while args and args[0] in ("shardwise", "serve"):
             args.pop(0)
         values = F.parse_argv(args, _OWN)

@@ -22,6 +22,7 @@ from shardwise.emit import TRAINING_TARGETS
 from shardwise.errors import SpecError
 from shardwise.precisions import FP8_PRECISIONS
 from shardwise.requests import fields as F
+from shardwise.requests.field_ranges import check_training, require
 from shardwise.requests.fields import default
 
 
@@ -110,6 +111,9 @@ class TrainingRequest:
 
     def __post_init__(self) -> None:
         F.normalize(self, F.TRAINING_FIELDS)
+        if isinstance(self.precision, str):  # as the command line's choice takes it: BF16 is bf16
+            object.__setattr__(self, "precision", self.precision.lower())
+        check_training(self)  # the ranges the command line checks, before anything prints `--tp 0`
         # a recipe given (not the framework's default) says how FP8 casts: with another precision
         # it would change nothing, so it is refused rather than silently ignored
         if self.fp8_recipe is not None and self.precision not in FP8_PRECISIONS:
@@ -133,7 +137,7 @@ class TrainingRequest:
     @classmethod
     def from_argv(cls, argv: list[str] | tuple[str, ...] | str) -> TrainingRequest:
         """From command-line arguments (`--model llama3-8b --tp 2 ...`, a list or one string)."""
-        args = shlex.split(argv) if isinstance(argv, str) else list(argv)
+        args = F.split_argv(argv)
         return cls(**F.parse_argv(args))
 
     # --- ways out ----------------------------------------------------------------------------
@@ -264,6 +268,7 @@ class PredictRequest:
     emit_version: str | None = None
 
     def __post_init__(self) -> None:
+        require(self, "training", TrainingRequest)
         if self.engine not in ENGINES:
             raise SpecError(f"engine: {self.engine!r} is not allowed; use one of {', '.join(ENGINES)}")
         object.__setattr__(self, "emit", _checked_emit(self.emit, self.emit_version))
@@ -280,7 +285,7 @@ class PredictRequest:
     @classmethod
     def from_argv(cls, argv: list[str] | tuple[str, ...] | str) -> PredictRequest:
         """From `predict`'s arguments (with or without the leading `shardwise predict`)."""
-        args = shlex.split(argv) if isinstance(argv, str) else list(argv)
+        args = F.split_argv(argv)
         while args and args[0] in ("shardwise", "predict"):
             args.pop(0)
         own = {

@@ -1,0 +1,134 @@
+"""Requests refuse bad values when they are built, in the command line's words, and every way into
+the Python API raises SpecError (review 37, findings 6-9 and 29)."""
+
+import math
+
+import pytest
+
+from shardwise.errors import SpecError
+from shardwise.requests import PlanRequest, PredictRequest, TrainingRequest
+from shardwise.requests.compare import CrossoverRequest, ExperimentRequest, SweepRequest
+from shardwise.requests.serve import ServeRequest
+from shardwise.requests.timeline import TimelineRequest
+
+BASE = {"model": "llama3-8b", "system": "dgx-h100", "tp": 8, "global_batch": 8}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"tp": 0}, "--tp: 0 is not allowed; it must be a whole number >= 1"),
+        ({"global_batch": -1}, "--global-batch: -1 is not allowed; it must be a whole number >= 1"),
+        ({"nodes": 0}, "--nodes: 0 is not allowed"),
+        ({"seq_len": 0}, "--seq-len: 0 is not allowed"),
+        ({"recompute_layers": -1}, "--recompute-layers: -1 is not allowed; it must be a whole number >= 0"),
+        ({"pp": 2**60}, "at most 9,007,199,254,740,992"),
+        ({"nics_per_node": 0}, "--nics-per-node: 0 is not allowed"),
+        ({"offload_optimizer": 1.5}, "--offload-optimizer: 1.5 is not allowed"),
+        ({"expert_imbalance": 0.5}, "--expert-imbalance: 0.5 is not allowed"),
+        ({"link_latency": "-5us", "intra_link": "nvlink4"}, "--link-latency: -5us is not allowed"),
+    ],
+)
+def test_training_request_refuses_out_of_range_values_when_built(changes, message):
+    with pytest.raises(SpecError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        TrainingRequest(**{**BASE, **changes})
+
+
+def test_the_refusal_is_the_command_lines():
+    """The same value refused by predict's flags reads the same (one message, not two)."""
+    with pytest.raises(SpecError) as built:
+        TrainingRequest(**{**BASE, "micro_batch": 0})
+    with pytest.raises(SpecError) as parsed:
+        PredictRequest.from_argv("--model llama3-8b --system dgx-h100 --tp 8 --global-batch 8 --micro-batch 0")
+    assert str(built.value) == str(parsed.value)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("name", ["nics_per_node", "offload_optimizer", "expert_imbalance", "moe_capacity_factor"])
+def test_non_finite_floats_are_refused_not_a_traceback_in_command(name, value):
+    with pytest.raises(SpecError, match="give a finite number"):
+        PredictRequest(TrainingRequest(**{**BASE, name: value})).command()
+
+
+def test_command_round_trips_a_fractional_nic_count():
+    req = TrainingRequest(**{**BASE, "inter_link": "ib-ndr", "nics_per_node": 0.5})
+    assert TrainingRequest.from_argv(req.to_argv()) == req
+
+
+def test_serve_request_checks_its_ranges_when_built():
+    target = TrainingRequest(model="llama3-8b", system="dgx-h100")
+    for changes, message in [
+        ({"requests": 0}, "--requests: 0 is not allowed"),
+        ({"input_len": 0}, "--input-len: 0 is not allowed"),
+        ({"concurrency": 0}, "--concurrency: 0 is not allowed"),
+        ({"request_rate": -1.0}, "--request-rate: -1 is not allowed"),
+        ({"request_rate": math.nan}, "--request-rate: nan is not allowed; give a finite number"),
+        ({"burstiness": 0.0}, "--burstiness: 0 is not allowed"),
+        ({"seed": -1}, "--seed: -1 is not allowed"),
+        ({"max_batched_tokens": 0}, "--max-batched-tokens: 0 is not allowed"),
+        ({"ttft_max": "-1s"}, "--ttft-max: '-1s' is not allowed"),
+    ]:
+        with pytest.raises(SpecError, match=message):
+            ServeRequest(target, **changes)
+
+
+def test_crossover_and_experiment_requests_check_when_built():
+    with pytest.raises(SpecError, match="need 0 < low < high"):
+        CrossoverRequest(ExperimentRequest(), vary="batch=8..1")
+    with pytest.raises(SpecError, match="expected NAME=VALUES"):
+        CrossoverRequest(ExperimentRequest(), vary="foo=1..8")
+    with pytest.raises(SpecError, match="--nodes: 0 is not allowed"):
+        ExperimentRequest(nodes=0)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: PredictRequest(None),
+        lambda: PredictRequest("llama3-8b"),
+        lambda: TimelineRequest(None),
+        lambda: ServeRequest(None),
+        lambda: PlanRequest(None, 1),
+        lambda: CrossoverRequest(None),
+        lambda: SweepRequest(None, ("batch=1..8",)),
+    ],
+)
+def test_a_wrapped_request_of_the_wrong_type_is_one_line(make):
+    with pytest.raises(SpecError, match="is not allowed; give a (Training|Experiment)Request"):
+        make()
+
+
+def test_an_unbalanced_quote_in_from_argv_is_a_spec_error():
+    for parse in (TrainingRequest.from_argv, PredictRequest.from_argv, ServeRequest.from_argv):
+        with pytest.raises(SpecError, match="no closing quotation"):
+            parse("--model 'llama3-8b")
+
+
+def test_a_flag_error_names_the_flag_once():
+    with pytest.raises(SpecError) as exc:
+        TrainingRequest.from_argv("--model llama3-8b --tp abc")
+    assert str(exc.value) == "--tp: 'abc' is not allowed; give a whole number"
+    with pytest.raises(SpecError) as exc:
+        ServeRequest(TrainingRequest(model="llama3-8b"), weight_precision="int2")
+    assert str(exc.value).startswith("--weight-precision: 'int2' is not allowed")
+
+
+def test_precision_takes_any_case_as_the_command_line_does():
+    assert TrainingRequest(**BASE, precision="BF16").precision == "bf16"
+    assert ExperimentRequest(precision="FP8").precision == "fp8"
+    assert TrainingRequest(**BASE, recompute="FULL").recompute == "full"
+
+
+def test_numeric_strings_are_read_in_a_request_as_in_a_csv_cell():
+    """docs/api.md: a request takes a CSV row's or a form's text; the same text in a keyword."""
+    assert TrainingRequest(**{**BASE, "tp": "8"}) == TrainingRequest(**BASE)
+    with pytest.raises(SpecError, match="tp: 'abc' is not allowed; give a whole number"):
+        TrainingRequest(**{**BASE, "tp": "abc"})
+
+
+def test_an_odd_sequence_under_default_sequence_parallelism_names_the_way_out():
+    """Review 37 finding 15: SP is on by default with tp > 1; the refusal says how to turn it off."""
+    req = TrainingRequest(**{**BASE, "seq_len": 1})
+    with pytest.raises(SpecError, match="seq_len=1 is not divisible by tp=8.*--no-sequence-parallel"):
+        PredictRequest(req).run()
+    assert PredictRequest(req.with_(sequence_parallel=False)).run().step_time_s > 0
