@@ -94,7 +94,7 @@ def test_crossover_and_experiment_requests_check_when_built():
     ],
 )
 def test_a_wrapped_request_of_the_wrong_type_is_one_line(make):
-    with pytest.raises(SpecError, match="is not allowed; give a (Training|Experiment)Request"):
+    with pytest.raises(SpecError, match=r"is not allowed; give a (Training|Experiment)Request"):
         make()
 
 
@@ -129,6 +129,6 @@ def test_numeric_strings_are_read_in_a_request_as_in_a_csv_cell():
 def test_an_odd_sequence_under_default_sequence_parallelism_names_the_way_out():
     """Review 37 finding 15: SP is on by default with tp > 1; the refusal says how to turn it off."""
     req = TrainingRequest(**{**BASE, "seq_len": 1})
-    with pytest.raises(SpecError, match="seq_len=1 is not divisible by tp=8.*--no-sequence-parallel"):
+    with pytest.raises(SpecError, match=r"seq_len=1 is not divisible by tp=8.*--no-sequence-parallel"):
         PredictRequest(req).run()
     assert PredictRequest(req.with_(sequence_parallel=False)).run().step_time_s > 0
