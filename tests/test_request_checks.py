@@ -2,6 +2,7 @@
 the Python API raises SpecError (review 37, findings 6-9 and 29)."""
 
 import math
+import re
 
 import pytest
 
@@ -132,3 +133,24 @@ def test_an_odd_sequence_under_default_sequence_parallelism_names_the_way_out():
     with pytest.raises(SpecError, match=r"seq_len=1 is not divisible by tp=8.*--no-sequence-parallel"):
         PredictRequest(req).run()
     assert PredictRequest(req.with_(sequence_parallel=False)).run().step_time_s > 0
+
+
+def test_a_rate_without_its_per_second_is_pointed_at_not_looked_up(tmp_path):
+    """Review 37 finding 13: '600GBs' answered 'closest: eth-100g, roce-400g'."""
+    for spec, rate in (("600GBs", "600GB/s"), ("100Gbs", "100Gb/s"), ("1.5TB", "1.5TB/s")):
+        with pytest.raises(SpecError, match=f"did you mean {re.escape(rate)}") as exc:
+            PredictRequest(TrainingRequest(**BASE, intra_link=spec)).run()
+        assert "closest" not in str(exc.value) and "or give a YAML file" not in str(exc.value)
+    with pytest.raises(SpecError, match="closest: nvlink5"):  # a misspelt name still gets its neighbours
+        PredictRequest(TrainingRequest(**BASE, intra_link="nvlink5x")).run()
+
+
+def test_a_system_file_takes_a_rate_for_its_links(tmp_path):
+    """Review 37 finding 14: a rate works on the command line and now in a system file too."""
+    path = tmp_path / "s.yaml"
+    path.write_text("name: s\ngpu: h100-sxm5-80gb\ngpus_per_node: 8\nintra_node_link: 600GB/s\n")
+    by_file = PredictRequest(TrainingRequest(**{**BASE, "system": str(path)})).run()
+    flag = TrainingRequest(model="llama3-8b", gpu="h100-sxm5-80gb", intra_link="600GB/s", num_gpus=8, tp=8,
+                           global_batch=8)  # fmt: skip
+    assert float(by_file.scenario.cluster.intra_node_link.bandwidth_bytes_per_s) == 600e9
+    assert by_file.step_time_s == pytest.approx(PredictRequest(flag).run().step_time_s)

@@ -179,6 +179,9 @@ def link_or_rate(
         rate = None
     if rate is not None:
         return loaders.link_from_rate(name or spec, rate, role, replaced, latency_s)
+    typo = units.rate_typo(spec)
+    if typo is not None:
+        raise SpecError(typo)
     found = link(spec)
     return found if latency_s is None else found.with_(latency_s=latency_s)
 
@@ -269,10 +272,11 @@ def _system_from_dict(key: str, data: dict[str, Any], nodes: int) -> Cluster:
     if per_node < 1:
         raise SpecError(f"system {key!r}: gpus_per_node: {per_node} is not allowed; it must be >= 1")
     g = _field_part(key, "gpu", data, loaders.gpu_from_dict, gpu)
-    intra = _field_part(key, "intra_node_link", data, loaders.link_from_dict, link)
+    # a preset, a file, the fields inline or a rate, as --intra-link takes them (review 37)
+    intra = _field_part(key, "intra_node_link", data, loaders.link_from_dict, lambda v: link_or_rate(v, "intra"))
     inter = None
     if data.get("inter_node_link") is not None:  # false, 0 or "" is a mistake, not "no network"
-        nic = _field_part(key, "inter_node_link", data, loaders.link_from_dict, link)
+        nic = _field_part(key, "inter_node_link", data, loaders.link_from_dict, lambda v: link_or_rate(v, "inter"))
         nics = loaders.check_nics_per_node(data.get("nics_per_node", per_node), f"system {key!r}: nics_per_node")
         inter = loaders.per_gpu_nic(nic, nics, per_node)
     cluster = loaders.cluster_from_parts(key, g, per_node, nodes, intra, inter, str(data.get("source", "")))
@@ -296,7 +300,7 @@ def system_network(name: str) -> tuple[Link | None, float]:
     _, data = _lookup("systems", name)
     if data.get("inter_node_link") is None:
         return None, 0.0
-    nic = _part("links", data["inter_node_link"], loaders.link_from_dict, link)
+    nic = _part("links", data["inter_node_link"], loaders.link_from_dict, lambda v: link_or_rate(v, "inter"))
     nics = data.get("nics_per_node", data.get("gpus_per_node", 1))
     return nic, loaders.check_nics_per_node(nics, f"system {name!r}: nics_per_node")
 
