@@ -154,3 +154,31 @@ def test_a_system_file_takes_a_rate_for_its_links(tmp_path):
                            global_batch=8)  # fmt: skip
     assert float(by_file.scenario.cluster.intra_node_link.bandwidth_bytes_per_s) == 600e9
     assert by_file.step_time_s == pytest.approx(PredictRequest(flag).run().step_time_s)
+
+
+@pytest.mark.parametrize(
+    ("text", "flag", "hint"),
+    [
+        ("name: g\npeak_16bit: 989 TFLOPS\nmemory: 80GB\nmemory_bandwith: 3TB/s\n", "gpu",
+         "missing field(s) memory_bandwidth ('memory_bandwith' given: did you mean memory_bandwidth?)"),
+        ("name: m\nlayers: 2\nhidden: 512\nheads: 8\nvocabulary: 1000\nseq_len: 128\n", "model",
+         "missing field(s) vocab ('vocabulary' given: did you mean vocab?)"),
+        ("name: l\nbandwith: 10GB/s\n", "intra_link", "missing field(s) bandwidth ('bandwith' given: did you mean"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_required_key_is_pointed_at(tmp_path, text, flag, hint):
+    """Review 37 finding 12: the typo named beside the missing key."""
+    path = tmp_path / "file.yaml"
+    path.write_text(text)
+    fields = {"model": "llama3-8b", "gpu": "h100-sxm5-80gb", "intra_link": "nvlink4", "num_gpus": 8, "global_batch": 8}
+    with pytest.raises(SpecError) as exc:
+        PredictRequest(TrainingRequest(**{**fields, flag: str(path)})).run()
+    assert hint in str(exc.value)
+
+
+def test_a_known_field_is_not_taken_for_a_misspelt_one(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("name: m\nlayers: 2\nhidden: 512\nkv_heads: 8\nvocab: 1000\nseq_len: 128\n")
+    with pytest.raises(SpecError) as exc:
+        PredictRequest(TrainingRequest(model=str(path), system="dgx-h100", global_batch=8)).run()
+    assert str(exc.value).endswith("missing field(s) heads")

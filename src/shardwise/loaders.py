@@ -7,6 +7,7 @@ are read by `yaml_files`, `--plan` text by `plan_text`; both are re-exported her
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -165,14 +166,26 @@ def unknown_field(key: object, allowed: Iterable[str]) -> str:
     return f"unknown field {key!r}{hint}; allowed: {', '.join(names)}"
 
 
-def _require(kind: str, name: str, data: Mapping[str, Any], keys: tuple[str, ...]) -> None:
+def _require(kind: str, name: str, data: Mapping[str, Any], keys: tuple[str, ...], known: Iterable[str] = ()) -> None:
+    """Every required key present; a missing one that a key given misspells is named with it
+    (review 37: `memory_bandwith` was reported as "missing field(s) memory_bandwidth" alone);
+    `known`: the fields of the kind, never taken for a misspelling."""
+    import difflib
+
     missing = [k for k in keys if k not in data]
     if missing:
-        raise SpecError(f"{kind} {name!r}: missing field(s) {', '.join(missing)}")
+        given = [str(k) for k in data if str(k) not in set(known)]
+        typos = []
+        for key in missing:
+            close = difflib.get_close_matches(key, given, n=1, cutoff=0.6) or [g for g in given if g.startswith(key)]
+            if close:
+                typos.append(f"{close[0]!r} given: did you mean {key}?")
+        hint = f" ({'; '.join(typos)})" if typos else ""
+        raise SpecError(f"{kind} {name!r}: missing field(s) {', '.join(missing)}{hint}")
 
 
 def gpu_from_dict(name: str, data: Mapping[str, Any]) -> Gpu:
-    _require("gpu", name, data, ("peak_16bit", "memory", "memory_bandwidth"))
+    _require("gpu", name, data, ("peak_16bit", "memory", "memory_bandwidth"), _GPU_FIELDS)
     fields = {k: v for k, v in data.items() if k != "gemm_table"}  # built below, from the GPU's rates
     gpu = Gpu(name=name, **_convert("gpu", name, fields, _GPU_FIELDS))
     if "gemm_table" not in data:
@@ -201,12 +214,13 @@ def gemm_table_from_list(name: str, rows: Any, gpu: Gpu) -> GemmTable:
 
 
 def link_from_dict(name: str, data: Mapping[str, Any]) -> Link:
-    _require("link", name, data, ("bandwidth",))
+    _require("link", name, data, ("bandwidth",), _LINK_FIELDS)
     return Link(name=name, **_convert("link", name, data, _LINK_FIELDS))
 
 
 def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
-    _require("model", name, data, ("layers", "hidden", "heads", "vocab", "seq_len"))
+    known = {f.name for f in dataclasses.fields(Model)} | set(_IGNORED)
+    _require("model", name, data, ("layers", "hidden", "heads", "vocab", "seq_len"), known)
     family = data.get("family", "gpt")
     if not isinstance(family, str):
         raise SpecError(f"model {name!r}: family {family!r} is not allowed; choose one of {', '.join(FAMILIES)}")
