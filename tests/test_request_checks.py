@@ -182,3 +182,38 @@ def test_a_known_field_is_not_taken_for_a_misspelt_one(tmp_path):
     with pytest.raises(SpecError) as exc:
         PredictRequest(TrainingRequest(model=str(path), system="dgx-h100", global_batch=8)).run()
     assert str(exc.value).endswith("missing field(s) heads")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "peak_16bit: 989\nmemory: 80GB\n",
+            "gpu 'g': peak_16bit: 989 has no unit; write it with one, e.g. peak_16bit: ",
+        ),
+        ("peak_16bit: 989 TFLOPS\nmemory: 80\n", "gpu 'g': memory: 80 has no unit"),
+        (
+            "peak_16bit: 5e8 TFLOPS\nmemory: 80GB\n",
+            "gpu 'g': peak_16bit: '5e8 TFLOPS' is not allowed; it must be between",
+        ),
+    ],
+)
+def test_a_gpu_file_error_names_the_key_written_not_the_si_field(tmp_path, text, message):
+    """Review 37 finding 11: 'peak_flops_per_s_16bit: 989.0 is not allowed' named a field no file has."""
+    path = tmp_path / "g.yaml"
+    path.write_text("name: g\nmemory_bandwidth: 3TB/s\n" + text)
+    with pytest.raises(SpecError) as exc:
+        PredictRequest(
+            TrainingRequest(model="llama3-8b", gpu=str(path), intra_link="nvlink4", num_gpus=8, global_batch=8)
+        ).run()
+    assert (
+        message in str(exc.value) and "peak_flops_per_s" not in str(exc.value) and "memory_bytes" not in str(exc.value)
+    )
+
+
+def test_a_link_file_error_does_not_offer_a_yaml_file(tmp_path):
+    path = tmp_path / "l.yaml"
+    path.write_text("name: l\nbandwidth: 10GB/s\nlatency: 5s\n")
+    with pytest.raises(SpecError) as exc:
+        PredictRequest(TrainingRequest(**{**BASE, "intra_link": str(path)})).run()
+    assert "link 'l': latency: '5s' is not allowed" in str(exc.value) and "give a YAML file" not in str(exc.value)

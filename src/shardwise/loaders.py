@@ -156,6 +156,39 @@ def _convert(
     return out
 
 
+# an example of each parser's unit, for a number written without one
+_UNIT_EXAMPLES = {
+    units.parse_flops_per_s: "989 TFLOPS",
+    units.parse_bytes: "80GB",
+    units.parse_rate_bytes_per_s: "600GB/s",
+    units.parse_seconds: "5us",
+    units.parse_watts: "700W",
+}
+
+
+def _spec(kind: str, name: str, data: Mapping[str, Any], fields: Mapping[str, Any], cls: Any) -> Any:
+    """`cls` (Gpu, Link) from a file's fields; a value the spec refuses is named by the key the
+    user wrote, not the SI field it became, and a number written without its unit is said to lack
+    one (review 37: `peak_16bit: 989` read 'peak_flops_per_s_16bit: 989.0 is not allowed')."""
+    try:
+        return cls(name=name, **_convert(kind, name, data, fields))
+    except SpecError as exc:
+        text = str(exc).removeprefix(f"{kind} {name!r}: ")
+        for key, (target, parse) in fields.items():
+            if key in data and text.startswith(f"{target}: "):
+                example = _UNIT_EXAMPLES.get(parse)
+                if example is not None and units.is_bare_number(str(data[key]).strip()):
+                    raise SpecError(
+                        f"{kind} {name!r}: {key}: {data[key]!r} has no unit; write it with one, e.g. {key}: {example}"
+                    ) from None
+                # "5e+20 is not allowed; it must be between ... FLOP/s": the range in SI units, the value as read
+                read, _, rest = text[len(target) + 2 :].partition(" is not allowed")
+                given = f"{kind} {name!r}: {key}: {data[key]!r}"
+                read_as = f" (read as {read})" if example is not None else ""  # a quantity converted to SI
+                raise SpecError(f"{given} is not allowed{rest}{read_as}") from None
+        raise
+
+
 def unknown_field(key: object, allowed: Iterable[str]) -> str:
     """'unknown field 'inter_node_lnk' (did you mean inter_node_link?); allowed: ...'."""
     import difflib
@@ -187,7 +220,7 @@ def _require(kind: str, name: str, data: Mapping[str, Any], keys: tuple[str, ...
 def gpu_from_dict(name: str, data: Mapping[str, Any]) -> Gpu:
     _require("gpu", name, data, ("peak_16bit", "memory", "memory_bandwidth"), _GPU_FIELDS)
     fields = {k: v for k, v in data.items() if k != "gemm_table"}  # built below, from the GPU's rates
-    gpu = Gpu(name=name, **_convert("gpu", name, fields, _GPU_FIELDS))
+    gpu = _spec("gpu", name, fields, _GPU_FIELDS, Gpu)
     if "gemm_table" not in data:
         return gpu
     return gpu.with_(gemm_table=gemm_table_from_list(name, data["gemm_table"], gpu))
@@ -215,7 +248,7 @@ def gemm_table_from_list(name: str, rows: Any, gpu: Gpu) -> GemmTable:
 
 def link_from_dict(name: str, data: Mapping[str, Any]) -> Link:
     _require("link", name, data, ("bandwidth",), _LINK_FIELDS)
-    return Link(name=name, **_convert("link", name, data, _LINK_FIELDS))
+    return _spec("link", name, data, _LINK_FIELDS, Link)
 
 
 def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
