@@ -217,3 +217,23 @@ def test_a_link_file_error_does_not_offer_a_yaml_file(tmp_path):
     with pytest.raises(SpecError) as exc:
         PredictRequest(TrainingRequest(**{**BASE, "intra_link": str(path)})).run()
     assert "link 'l': latency: '5s' is not allowed" in str(exc.value) and "give a YAML file" not in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("-5us", "host_kernel: '-5us' is not allowed; give a time from 0 to 1ms"),
+        ("5", "host_kernel: 5 has no unit; write it with one"),
+        ("2ms", "host_kernel: '2ms' is not allowed"),
+    ],
+)
+def test_presets_show_refuses_a_framework_file_as_predict_does(tmp_path, cli, value, message):
+    """Review 37 finding 10: `presets show FILE` passed `host_kernel: -5us`; predict then named neither
+    the file nor the key ('plan: host_kernel_s: -4.99e-06')."""
+    path = tmp_path / "f.yaml"
+    path.write_text(f"name: f\nlike: fsdp\nhost_kernel: {value}\n")
+    shown = cli(["presets", "show", str(path)])
+    predicted = cli(["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "8",
+                     "--framework", str(path)])  # fmt: skip
+    for code, _, err in (shown, predicted):
+        assert code == 2 and err.count("\n") == 1 and str(path) in err and message in err, err
