@@ -8,6 +8,7 @@ preset's name) is checked by `requests.build` as before.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from shardwise.errors import SpecError
@@ -18,8 +19,7 @@ MAX_NICS_PER_NODE = 1024  # `loaders.MAX_NICS_PER_NODE`
 # whole numbers >= 1: sizes and counts that cannot be empty
 AT_LEAST_ONE = (
     "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "gpus_per_node", "nodes",
-    "num_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "global_batch", "micro_batch", "first_stage_layers",
-    "last_stage_layers", "pipeline_flushes",
+    "num_gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "global_batch", "micro_batch", "pipeline_flushes",
 )  # fmt: skip
 # whole numbers >= 0: 0 means "none" or "automatic"
 AT_LEAST_ZERO = (
@@ -47,6 +47,10 @@ def check_training(t: Any) -> None:
         check_whole(name, getattr(t, name), 1)
     for name in AT_LEAST_ZERO:
         check_whole(name, getattr(t, name), 0)
+    for name in ("first_stage_layers", "last_stage_layers"):  # the top is the model's layers (`stage_kwargs`)
+        value = getattr(t, name)
+        if value is not None and value < 1:
+            raise SpecError(f"{flag(name)}: {value} is not allowed; it must be a whole number >= 1")
     if t.nics_per_node is not None and not 0 < t.nics_per_node <= MAX_NICS_PER_NODE:
         raise SpecError(
             f"--nics-per-node: {t.nics_per_node:g} is not allowed; it must be > 0 and at most {MAX_NICS_PER_NODE}"
@@ -55,12 +59,12 @@ def check_training(t: Any) -> None:
         raise SpecError(
             f"--offload-optimizer: {t.offload_optimizer:g} is not allowed; it must be between 0 and 1 (a share)"
         )
-    if not t.expert_imbalance >= 1:
+    if not 1 <= t.expert_imbalance < math.inf:
         raise SpecError(
             f"--expert-imbalance: {t.expert_imbalance:g} is not allowed; it is the busiest expert rank's tokens "
             "over the mean, so >= 1 (1: a balanced router)"
         )
-    if not t.moe_capacity_factor >= 0:
+    if not 0 <= t.moe_capacity_factor < math.inf:
         raise SpecError(
             f"--moe-capacity-factor: {t.moe_capacity_factor:g} is not allowed; it must be a number >= 0 (0: dropless)"
         )
@@ -74,9 +78,13 @@ def check_experiment(e: Any) -> None:
     """An `ExperimentRequest`'s numeric fields (crossover, sweep, sensitivity), as `check_training`."""
     for name in (
         "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "num_gpus", "nodes",
-        "gpus_per_node", "global_batch", "micro_batch", "first_stage_layers", "last_stage_layers",
+        "gpus_per_node", "global_batch", "micro_batch",
     ):  # fmt: skip
         check_whole(name, getattr(e, name), 1)
+    for name in ("first_stage_layers", "last_stage_layers"):  # the top is the model's layers
+        value = getattr(e, name)
+        if value is not None and value < 1:
+            raise SpecError(f"{flag(name)}: {value} is not allowed; it must be a whole number >= 1")
     if e.nics_per_node is not None and not 0 < e.nics_per_node <= MAX_NICS_PER_NODE:
         raise SpecError(
             f"--nics-per-node: {e.nics_per_node:g} is not allowed; it must be > 0 and at most {MAX_NICS_PER_NODE}"

@@ -233,8 +233,9 @@ def parse_value(field: Field, value: Any, where: str = "") -> Any:
     """A field's value from a string (a CSV cell, a flag's argument, a control) or from a value of
     its own type; an empty string is "not given" (the default). One clear line when not allowed:
     `where` is the flag (`--tp`, named alone) or the place (a CSV line, named before the field)."""
-    at = f"{where}: " if where and where != field.option else ""
-    name = where if where and where == field.option else field.name
+    alone = where in (field.option, field.name)  # the field's own name or flag: said once
+    at = f"{where}: " if where and not alone else ""
+    name = where if where and alone else field.name
     if field.kind == "list":
         if value is None or (isinstance(value, str) and not value.strip()):
             return field.default
@@ -281,12 +282,9 @@ def parse_value(field: Field, value: Any, where: str = "") -> Any:
         return out
     if field.kind == "float":
         try:
-            number = float(text)
+            return float(text)  # nan and inf: refused by each field's range (`field_ranges`)
         except (TypeError, ValueError, OverflowError):
             raise SpecError(f"{at}{name}: {value!r} is not allowed; give a number") from None
-        if not math.isfinite(number):  # nan passes every range check; inf overflows a command line's int
-            raise SpecError(f"{at}{name}: {value!r} is not allowed; give a finite number")
-        return number
     text = str(text)
     if field.choices:
         lowered = text.lower()
