@@ -237,3 +237,18 @@ def test_presets_show_refuses_a_framework_file_as_predict_does(tmp_path, cli, va
                      "--framework", str(path)])  # fmt: skip
     for code, _, err in (shown, predicted):
         assert code == 2 and err.count("\n") == 1 and str(path) in err and message in err, err
+
+
+def test_a_small_model_header_counts_its_parameters_and_layers(cli):
+    """Review 37 finding 27: 'custom (0.0B params, 1 layers ...)'."""
+    code, out, _ = cli(["predict", "--layers", "1", "--hidden", "64", "--heads", "8", "--vocab", "100",
+                        "--system", "dgx-h100", "--num-gpus", "1", "--global-batch", "1"])  # fmt: skip
+    assert code == 0 and "custom (" in out and "K params, 1 layer," in out and "0.0B" not in out
+
+
+def test_measure_ranges_name_the_flag_as_typed():
+    """Review 37 finding 28: the refusal said --timeout-s for --timeout."""
+    from shardwise.requests.measure import MeasureStepRequest
+
+    with pytest.raises(SpecError, match=r"^--timeout: 0 is not allowed"):
+        MeasureStepRequest(timeout_s=0)
