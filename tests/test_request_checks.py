@@ -252,3 +252,31 @@ def test_measure_ranges_name_the_flag_as_typed():
 
     with pytest.raises(SpecError, match=r"^--timeout: 0 is not allowed"):
         MeasureStepRequest(timeout_s=0)
+
+
+def test_options_that_would_be_ignored_are_refused(cli):
+    """Review 37 finding 23: --draws without --calibrated, --plot-link without --plot, a --set key
+    given twice with two values, an --hf-id that is no id and no folder."""
+    cases = [
+        (["validate", "--draws", "3"], "--draws 3: it sets the random draws of --calibrated's"),
+        (["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--plan", "tp=8", "--plot-link", "pcie=pcie5"],
+         "--plot-link pcie=pcie5: it is the second link of the --plot figure; add --plot FILE"),
+        (["calibrate", "x.log", "--set", "tp=1", "--set", "tp=8"], "tp is given twice (1 and 8); give it once"),
+        (["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--plan", "tp=8", "--emit", "vllm", "--hf-id",
+          "a/b/c"], "--hf-id a/b/c: not a Hugging Face id"),
+        (["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--plan", "tp=8", "--emit", "vllm", "--hf-id",
+          "./no-such-folder"], "--hf-id ./no-such-folder: no such folder"),
+    ]  # fmt: skip
+    for args, message in cases:
+        code, out, err = cli(args)
+        assert code == 2 and out == "" and message in err, (args, err)
+
+
+def test_a_set_value_against_what_the_log_states_is_refused():
+    from shardwise.calibration.logs import parse_log
+
+    log = "iteration 10/100 | elapsed time per iteration (ms): 1234.5 |\n"
+    given = {"model": "llama3-8b", "system": "dgx-h100", "num_gpus": "8", "tp": "8", "pp": "1", "global_batch": "8"}
+    assert parse_log(log, given)["step_time_s"] == "1.2345"
+    with pytest.raises(SpecError, match=r"--set step_time_s=2: the log states step_time_s = 1\.2345"):
+        parse_log(log, {**given, "step_time_s": "2"})

@@ -41,6 +41,24 @@ def check_serve_fields(req: Any) -> None:
         raise SpecError(f"--burstiness: {req.burstiness:g} is not allowed; give a number from 0.01 to 100 (1: Poisson)")
     seconds_of(req.ttft_max, "--ttft-max")
     seconds_of(req.tpot_max, "--tpot-max")
+    if req.hf_id is not None:
+        check_hf_id(req.hf_id)
+
+
+def check_hf_id(text: str) -> None:
+    """--hf-id: a Hugging Face id (ORG/NAME) or a checkpoint folder that exists (review 37: 'a/b/c'
+    and a missing folder went into the printed `vllm serve` line unchecked)."""
+    import re
+    from pathlib import Path
+
+    folder = text.startswith((".", "/", "~")) or Path(text).expanduser().is_dir()
+    if folder:
+        if not Path(text).expanduser().is_dir():
+            raise SpecError(f"--hf-id {text}: no such folder; give a checkpoint folder that exists, or ORG/NAME")
+        return
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", text):
+        example = "meta-llama/Llama-3.1-8B"
+        raise SpecError(f"--hf-id {text}: not a Hugging Face id; give ORG/NAME (e.g. {example}) or a folder")
 
 
 def check_load_flags(req: Any, budget: int, mix: Any) -> dict[str, Any] | None:
