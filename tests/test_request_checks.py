@@ -280,3 +280,16 @@ def test_a_set_value_against_what_the_log_states_is_refused():
     assert parse_log(log, given)["step_time_s"] == "1.2345"
     with pytest.raises(SpecError, match=r"--set step_time_s=2: the log states step_time_s = 1\.2345"):
         parse_log(log, {**given, "step_time_s": "2"})
+
+
+def test_smaller_messages_say_what_to_do(cli, tmp_path):
+    """Review 37 finding 16: a log given to validate --runs, `presets gpu`, `presets show DIR`."""
+    log = tmp_path / "junk.log"
+    log.write_text("hello\n")
+    for args, message in (
+        (["validate", "--runs", str(log)], "a trainer log is read by `shardwise calibrate"),
+        (["presets", "gpu"], "did you mean gpus?"),
+        (["presets", "show", str(tmp_path)], "a folder; give one of its files"),
+    ):
+        code, out, err = cli(args)
+        assert code == 2 and out == "" and message in err and err.count("\n") == 1, (args, err)
