@@ -293,3 +293,13 @@ def test_smaller_messages_say_what_to_do(cli, tmp_path):
     ):
         code, out, err = cli(args)
         assert code == 2 and out == "" and message in err and err.count("\n") == 1, (args, err)
+
+
+def test_presets_refuse_a_name_that_is_not_text_in_one_line():
+    """Review 37 finding 8: presets.model(None) raised AttributeError."""
+    from shardwise import presets
+
+    for lookup in (presets.model, presets.gpu, presets.link, presets.system, presets.framework):
+        for name in (None, 5):
+            with pytest.raises(SpecError, match="is not allowed; give a preset's name or a file"):
+                lookup(name)

@@ -90,8 +90,15 @@ def names(kind: str) -> list[str]:
     return list(raw(kind))
 
 
+def _check_name(kind: str, name: Any) -> None:
+    """A name or a path is text: else one line, not an AttributeError (review 37: `model(None)`)."""
+    if not isinstance(name, str):
+        raise SpecError(f"{kind[:-1]}: {name!r} is not allowed; give a preset's name or a file (`presets {kind}`)")
+
+
 def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
     """(canonical name, fields) for a preset name or a YAML file path."""
+    _check_name(kind, name)
     if _looks_like_path(name):
         data = loaders.load_yaml(name)
         if not isinstance(data, dict):
@@ -196,6 +203,7 @@ def model(name: str, **overrides: Any) -> Model:
                 f"model {name!r}: {field}: an array is not an override (overrides derive the defaults, "
                 f"ffn_hidden from hidden, ...); give it to the model built: presets.model({name!r}).with_({field}=...)"
             )
+    _check_name("models", name)
     if name.lower().endswith(".json"):  # a Hugging Face config.json
         from shardwise import hf_config
 
