@@ -303,3 +303,9 @@ def test_presets_refuse_a_name_that_is_not_text_in_one_line():
         for name in (None, 5):
             with pytest.raises(SpecError, match="is not allowed; give a preset's name or a file"):
                 lookup(name)
+
+
+def test_a_batch_range_too_small_for_the_gpus_says_so():
+    """Review 37 finding 16: `crossover --num-gpus 8192` blamed --plan tp=8, not the default batch range."""
+    with pytest.raises(SpecError, match=r"the batches swept run 1 to 32 on 8192 GPUs: give --vary batch=LOW\.\.HIGH"):
+        CrossoverRequest(ExperimentRequest(num_gpus=8192)).run()
