@@ -309,3 +309,11 @@ def test_a_batch_range_too_small_for_the_gpus_says_so():
     """Review 37 finding 16: `crossover --num-gpus 8192` blamed --plan tp=8, not the default batch range."""
     with pytest.raises(SpecError, match=r"the batches swept run 1 to 32 on 8192 GPUs: give --vary batch=LOW\.\.HIGH"):
         CrossoverRequest(ExperimentRequest(num_gpus=8192)).run()
+
+
+def test_a_file_of_two_entries_says_so(tmp_path):
+    """Review 37 finding 16: two top-level keys in a model file read as 'missing field(s) layers, ...'."""
+    path = tmp_path / "two.yaml"
+    path.write_text("a:\n  layers: 2\n  hidden: 64\nb:\n  layers: 3\n")
+    with pytest.raises(SpecError, match=r"the file holds 2 mappings \(a, b\); give one model per file"):
+        PredictRequest(TrainingRequest(model=str(path), system="dgx-h100", global_batch=8)).run()

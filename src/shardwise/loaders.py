@@ -206,6 +206,9 @@ def _require(kind: str, name: str, data: Mapping[str, Any], keys: tuple[str, ...
     import difflib
 
     missing = [k for k in keys if k not in data]
+    if missing and len(data) > 1 and all(isinstance(v, Mapping) for v in data.values()):  # two entries in one file
+        names = ", ".join(str(k) for k in data)
+        raise SpecError(f"{kind} {name!r}: the file holds {len(data)} mappings ({names}); give one {kind} per file")
     if missing:
         given = [str(k) for k in data if str(k) not in set(known)]
         typos = []
