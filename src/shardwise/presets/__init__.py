@@ -102,7 +102,7 @@ def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
     if _looks_like_path(name):
         data = loaders.load_yaml(name)
         if not isinstance(data, dict):
-            raise SpecError(f"{name}: expected a mapping of fields for one {kind[:-1]}")
+            raise SpecError(f"{name}: expected a YAML mapping of fields (key: value lines) for one {kind[:-1]}")
         if len(data) == 1 and isinstance(next(iter(data.values())), dict):
             key, fields = next(iter(data.items()))
             return _own_name(kind, name, str(key)), fields
