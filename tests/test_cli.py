@@ -122,7 +122,7 @@ def test_preset_overrides(cli):
         (["--zero", "5"], "--zero: 5 is not allowed; it must be a whole number from 0 to 3"),
         (["--intra-link", "fast"], "--intra-link: unknown link 'fast'"),
         (["--nodes", "2", "--num-gpus", "8"], "--nodes 2 x 8 GPUs per server = 16, but --num-gpus is 8"),
-        (["--seq-len", "0"], "seq_len: 0 is not allowed"),
+        (["--seq-len", "0"], "--seq-len: 0 is not allowed"),
         (["--precision", "fp8", "--system", "dgx-a100"], "fp8 is not supported by gpu 'a100-sxm4-80gb'"),
         (["--nodes", "0"], "--nodes: 0 is not allowed"),
         (["--gpu", ""], "--gpu: an empty name is not allowed; give a preset name or a YAML file"),

@@ -7,6 +7,8 @@ are read by `yaml_files`, `--plan` text by `plan_text`; both are re-exported her
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -51,7 +53,7 @@ def real(value: Any) -> float:
         x = float(value)
     except (TypeError, ValueError, OverflowError):
         raise ValueError(f"{value!r} is not a number") from None
-    if x != x or x in (float("inf"), float("-inf")):
+    if not math.isfinite(x):
         raise ValueError(f"{value!r} is not a finite number")
     return x
 
@@ -66,9 +68,9 @@ def whole(value: Any) -> int:
 
 def yes_no(value: Any) -> bool:
     """A YAML boolean (true/false); anything else is refused."""
-    if not isinstance(value, bool):
-        raise ValueError(f"{value!r} is not true or false")
-    return value
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"{value!r} is not true or false")
 
 
 _GPU_FIELDS = {
@@ -135,7 +137,7 @@ _MODEL_INTS = (
     "full_attention_every",
 )
 _MODEL_FLAGS = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout", "glu_clamp")
-_MODEL_FLAGS = (*_MODEL_FLAGS, "yarn_rope", "head_dim_in_config")
+_MODEL_FLAGS += ("yarn_rope", "head_dim_in_config")
 _IGNORED = {"source", "kind", "notes", "name"}
 
 
@@ -156,6 +158,39 @@ def _convert(
     return out
 
 
+# an example of each parser's unit, for a number written without one
+_UNIT_EXAMPLES = {
+    units.parse_flops_per_s: "989 TFLOPS",
+    units.parse_bytes: "80GB",
+    units.parse_rate_bytes_per_s: "600GB/s",
+    units.parse_seconds: "5us",
+    units.parse_watts: "700W",
+}
+
+
+def _spec(kind: str, name: str, data: Mapping[str, Any], fields: Mapping[str, Any], cls: Any) -> Any:
+    """`cls` (Gpu, Link) from a file's fields; a value the spec refuses is named by the key the
+    user wrote, not the SI field it became, and a number written without its unit is said to lack
+    one (review 37: `peak_16bit: 989` read 'peak_flops_per_s_16bit: 989.0 is not allowed')."""
+    try:
+        return cls(name=name, **_convert(kind, name, data, fields))
+    except SpecError as exc:
+        text = str(exc).removeprefix(f"{kind} {name!r}: ")
+        for key, (target, parse) in fields.items():
+            if key in data and text.startswith(f"{target}: "):
+                example = _UNIT_EXAMPLES.get(parse)
+                if example is not None and units.is_bare_number(str(data[key]).strip()):
+                    raise SpecError(
+                        f"{kind} {name!r}: {key}: {data[key]!r} has no unit; write it with one, e.g. {key}: {example}"
+                    ) from None
+                # "5e+20 is not allowed; it must be between ... FLOP/s": the range in SI units, the value as read
+                read, _, rest = text[len(target) + 2 :].partition(" is not allowed")
+                given = f"{kind} {name!r}: {key}: {data[key]!r}"
+                read_as = f" (read as {read})" if example is not None else ""  # a quantity converted to SI
+                raise SpecError(f"{given} is not allowed{rest}{read_as}") from None
+        raise
+
+
 def unknown_field(key: object, allowed: Iterable[str]) -> str:
     """'unknown field 'inter_node_lnk' (did you mean inter_node_link?); allowed: ...'."""
     import difflib
@@ -166,16 +201,31 @@ def unknown_field(key: object, allowed: Iterable[str]) -> str:
     return f"unknown field {key!r}{hint}; allowed: {', '.join(names)}"
 
 
-def _require(kind: str, name: str, data: Mapping[str, Any], keys: tuple[str, ...]) -> None:
+def _require(kind: str, name: str, data: Mapping[str, Any], keys: tuple[str, ...], known: Iterable[str] = ()) -> None:
+    """Every required key present; a missing one that a key given misspells is named with it
+    (review 37: `memory_bandwith` was reported as "missing field(s) memory_bandwidth" alone);
+    `known`: the fields of the kind, never taken for a misspelling."""
+    import difflib
+
     missing = [k for k in keys if k not in data]
+    if missing and len(data) > 1 and all(isinstance(v, Mapping) for v in data.values()):  # two entries in one file
+        names = ", ".join(str(k) for k in data)
+        raise SpecError(f"{kind} {name!r}: the file holds {len(data)} mappings ({names}); give one {kind} per file")
     if missing:
-        raise SpecError(f"{kind} {name!r}: missing field(s) {', '.join(missing)}")
+        given = [str(k) for k in data if str(k) not in set(known)]
+        typos = []
+        for key in missing:
+            close = difflib.get_close_matches(key, given, n=1, cutoff=0.6) or [g for g in given if g.startswith(key)]
+            if close:
+                typos.append(f"{close[0]!r} given: did you mean {key}?")
+        hint = f" ({'; '.join(typos)})" if typos else ""
+        raise SpecError(f"{kind} {name!r}: missing field(s) {', '.join(missing)}{hint}")
 
 
 def gpu_from_dict(name: str, data: Mapping[str, Any]) -> Gpu:
-    _require("gpu", name, data, ("peak_16bit", "memory", "memory_bandwidth"))
+    _require("gpu", name, data, ("peak_16bit", "memory", "memory_bandwidth"), _GPU_FIELDS)
     fields = {k: v for k, v in data.items() if k != "gemm_table"}  # built below, from the GPU's rates
-    gpu = Gpu(name=name, **_convert("gpu", name, fields, _GPU_FIELDS))
+    gpu = _spec("gpu", name, fields, _GPU_FIELDS, Gpu)
     if "gemm_table" not in data:
         return gpu
     return gpu.with_(gemm_table=gemm_table_from_list(name, data["gemm_table"], gpu))
@@ -212,16 +262,17 @@ LINK_KINDS = ("nvlink", "xgmi", "pcie", "network")
 
 
 def link_from_dict(name: str, data: Mapping[str, Any]) -> Link:
-    _require("link", name, data, ("bandwidth",))
+    _require("link", name, data, ("bandwidth",), _LINK_FIELDS)
     if "kind" in data and data["kind"] not in LINK_KINDS:
         raise SpecError(
             f"link {name!r}: kind: {_short(data['kind'])} is not allowed; choose one of {', '.join(LINK_KINDS)}"
         )
-    return Link(name=name, **_convert("link", name, data, _LINK_FIELDS))
+    return _spec("link", name, data, _LINK_FIELDS, Link)
 
 
 def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
-    _require("model", name, data, ("layers", "hidden", "heads", "vocab", "seq_len"))
+    known = {f.name for f in dataclasses.fields(Model)} | set(_IGNORED)
+    _require("model", name, data, ("layers", "hidden", "heads", "vocab", "seq_len"), known)
     family = data.get("family", "gpt")
     if not isinstance(family, str):
         raise SpecError(f"model {name!r}: family {family!r} is not allowed; choose one of {', '.join(FAMILIES)}")
@@ -271,44 +322,7 @@ def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
     return Model(name=name, notes=str(data.get("source", "")), **kwargs)
 
 
-from shardwise.physics.custom_allreduce import NVLINK_CLASS_BYTES_PER_S  # noqa: E402
-
-# Per-step latency of a link given only as a rate, by its kind (as the link presets, from NCCL's
-# hwLat table and the measured small-message curves, presets/links.yaml): NVLink-class rates
-# (>= 100 GB/s per direction) 1 us, PCIe-class 2 us, a network 5 us; 20 us per collective call.
-RATE_LINK_LATENCY_S = {"nvlink": 1e-6, "pcie": 2e-6, "network": 5e-6}
-RATE_LINK_BASE_LATENCY_S = 20e-6
-
-
-def link_from_rate(
-    name: str, rate_bytes_per_s: float, role: str, replaced: Link | None = None, latency_s: float | None = None
-) -> Link:
-    """A link given only as a sustained rate (efficiency 1): it keeps the latency, NCCL's LL
-    protocols (`Link.ll_bandwidth_bytes_per_s`) and the full mesh (`Link.mesh_links`: the rate is
-    then the mesh's, all its links together) of the link it replaces, or takes the latency of its
-    kind (`role` "intra": NVLink- or PCIe-class by the rate; "inter": a network) and the chunked
-    protocol only; `latency_s` overrides the latency."""
-    if latency_s is None:
-        if replaced is not None:
-            latency_s = float(replaced.latency_s)
-        elif role == "inter":
-            latency_s = RATE_LINK_LATENCY_S["network"]
-        else:
-            kind = "nvlink" if rate_bytes_per_s >= NVLINK_CLASS_BYTES_PER_S else "pcie"
-            latency_s = RATE_LINK_LATENCY_S[kind]
-    base = float(replaced.base_latency_s) if replaced is not None else RATE_LINK_BASE_LATENCY_S
-    ll = float(replaced.ll_bandwidth_bytes_per_s) if replaced is not None else 0.0
-    mesh = replaced.mesh_links if replaced is not None else 0
-    return Link(
-        name=name,
-        bandwidth_bytes_per_s=rate_bytes_per_s,
-        efficiency=1.0,
-        latency_s=latency_s,
-        base_latency_s=base,
-        ll_bandwidth_bytes_per_s=ll,
-        mesh_links=mesh,
-    )
-
+from shardwise.link_rates import RATE_LINK_BASE_LATENCY_S, RATE_LINK_LATENCY_S, link_from_rate  # noqa: E402, F401
 
 MAX_NICS_PER_NODE = 1024  # network cards in one server: far beyond any built (8-16 today)
 
@@ -329,8 +343,7 @@ def check_nics_per_node(value: Any, field: str = "nics_per_node") -> float:
 def per_gpu_nic(nic: Link, nics_per_node: float, gpus_per_node: int) -> Link:
     """A GPU's share of its server's NICs (the inter-node link per GPU)."""
     nics_per_node = check_nics_per_node(nics_per_node)
-    share = min(1.0, nics_per_node / gpus_per_node)
-    if share == 1.0:
+    if (share := min(1.0, nics_per_node / gpus_per_node)) == 1.0:
         return nic
     return nic.with_(
         name=f"{nic.name} x{nics_per_node:g}/{gpus_per_node}", bandwidth_bytes_per_s=nic.bandwidth_bytes_per_s * share

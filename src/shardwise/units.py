@@ -55,6 +55,20 @@ def is_bare_number(text: str) -> bool:
     return isinstance(text, str) and _number(text) is not None
 
 
+_RATE_TYPO_RE = re.compile(_NUMBER + r"\s*" + _PREFIX + r"(?P<unit>B|b)(?:ps|s|/sec)?$")
+
+
+def rate_typo(text: str) -> str | None:
+    """A rate written without its '/s' ('600GBs', '100Gbs'): what to write instead, else None
+    (review 37: `--intra-link 600GBs` was looked up as a link name, 'closest: eth-100g')."""
+    m = _RATE_TYPO_RE.match(str(text).strip().replace(" ", "")) if isinstance(text, str) else None
+    if m is None:
+        return None
+    rate = f"{m['num']}{m['prefix'] or ''}{m['unit']}/s"
+    what = "bits" if m["unit"] == "b" else "bytes"
+    return f"{text!r} is not a rate: did you mean {rate} ({what} per second)?"
+
+
 def parse_bytes(value: str | float | int) -> float:
     """'80GB' -> 8e10, '80GiB' -> 85899345920, 2048 -> 2048.0 (a bare number is bytes)."""
     plain = _number(value)

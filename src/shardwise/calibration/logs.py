@@ -120,8 +120,12 @@ def parse_log(text: str, given: dict[str, str], where: str = "<log>") -> dict[st
         trainer, row = "torchrun", _plain(text)
     else:
         raise SpecError(f"{where}: {_no_timing(text)}")
-    for key, value in given.items():  # --set wins over the log only where the log is silent
-        row.setdefault(key, value)
+    for key, value in given.items():  # --set fills in where the log is silent; against it, one line (review 37)
+        stated = row.setdefault(key, value)
+        if str(stated).strip() != str(value).strip():
+            raise SpecError(
+                f"{where}: --set {key}={value}: the log states {key} = {stated}; drop --set {key} (the log's is used)"
+            )
     for key, value in _IMPLIED.get(trainer, {}).items():  # what the trainer cannot do, unless --set says
         row.setdefault(key, value)
     if "framework" not in row:

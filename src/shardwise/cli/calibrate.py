@@ -29,7 +29,10 @@ def _settings(ctx: click.Context, param: click.Parameter, values: tuple[str, ...
         key, sep, value = item.partition("=")
         if not sep or not key.strip() or not value.strip():
             raise click.BadParameter(f"{item!r} is not KEY=VALUE (e.g. system=dgx-h100)")
-        out[key.strip().lower().replace("-", "_")] = value.strip()
+        name = key.strip().lower().replace("-", "_")
+        if name in out and out[name] != value.strip():  # the last one was kept without a word (review 37)
+            raise click.BadParameter(f"{name} is given twice ({out[name]} and {value.strip()}); give it once")
+        out[name] = value.strip()
     return out
 
 

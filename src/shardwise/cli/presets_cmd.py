@@ -52,6 +52,10 @@ def presets(kind: str | None, name: str | None, as_json: bool) -> None:
     if kind == "show":
         if not name:
             raise SpecError("presets show: give a preset NAME or a file (e.g. presets show dgx-h100)")
+        from pathlib import Path
+
+        if Path(name).is_dir():  # was "no preset named" (review 37)
+            raise SpecError(f"presets show {name}: a folder; give one of its files (a YAML file or a config.json)")
         if _is_file_name(name):
             _show_file(registry, name, as_json)
         else:
@@ -60,7 +64,13 @@ def presets(kind: str | None, name: str | None, as_json: bool) -> None:
     if name is not None:
         raise SpecError(f"presets: unexpected {name!r}; use `presets KIND` or `presets show NAME|FILE`")
     if kind is not None and kind not in KIND_CHOICES:
-        raise SpecError(f"presets: {kind!r} is not allowed; choose one of {', '.join(KIND_CHOICES)}, or show NAME")
+        import difflib
+
+        close = difflib.get_close_matches(kind, [*KIND_CHOICES, "show"], n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise SpecError(
+            f"presets: {kind!r} is not allowed; {hint}choose one of {', '.join(KIND_CHOICES)}, or show NAME"
+        )
     kinds = [kind] if kind else KIND_CHOICES
     if as_json:
         from shardwise import export

@@ -162,7 +162,8 @@ def describe_scenario(est: TrainingEstimate, recompute_from: str = "") -> list[s
     if m.is_moe and int(p.ep) > 1:  # the experts' layout: ep ranks each holding experts / ep, split etp ways
         cp += f" ep={p.ep} etp={p.expert_tp}"
     return [
-        f"[bold]{m.name}[/] ({_f(total_params(m)) / 1e9:.1f}B params, {m.layers} layers, h={m.hidden}, "
+        f"[bold]{m.name}[/] ({_params(_f(total_params(m)))} params, {m.layers} layer{'s' * (int(m.layers) != 1)}, "
+        f"h={m.hidden}, "
         f"s={m.seq_len}) on [bold]{n} x {c.gpu.name}[/] ({servers_of(c)}, "
         f"{c.intra_node_link.name} inside{inter})",
         f"plan: tp={p.tp} pp={p.pp}{cp} dp={p.dp}, {sched}, global batch {p.global_batch} = dp {p.dp} x "
@@ -381,3 +382,11 @@ def progress_bar(total: int, label: str, disable: bool = False) -> Iterator[Call
     ) as bar:
         task = bar.add_task(label, total=total)
         yield lambda n=1: bar.advance(task, n)
+
+
+def _params(n: float) -> str:
+    """A parameter count as read: 8.0B, 125.2M, 36.9K (review 37: a 1-layer model read '0.0B params')."""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.1f}{suffix}"
+    return f"{n:.0f}"

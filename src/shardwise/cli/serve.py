@@ -235,6 +235,10 @@ def serve(
 
         raise SpecError("--plot-link is the second link of the --plot figure; add --plot FILE, or drop --plot-link")
     second = parse_link_spec(frontier_link, "--plot-link")
+    if frontier_path is None and _given("frontier_link"):  # it was ignored without a word (review 37)
+        from shardwise.errors import SpecError
+
+        raise SpecError(f"--plot-link {frontier_link}: it is the second link of the --plot figure; add --plot FILE")
     if options.get("with_frontier") and not as_json:
         from shardwise.errors import SpecError
 
@@ -352,3 +356,10 @@ def _print_best(result: Any) -> None:
         f"best for throughput: {best['throughput']} (up to {result.capacity_tokens_per_s(thr) / gpus:,.0f} "
         "generated tokens/s per GPU at full load)"
     )
+
+
+def _given(name: str) -> bool:
+    """Whether option `name` was given on the command line (not its default)."""
+    from click.core import ParameterSource
+
+    return click.get_current_context().get_parameter_source(name) is ParameterSource.COMMANDLINE

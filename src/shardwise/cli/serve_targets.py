@@ -34,7 +34,7 @@ def replicas_words(replicas: int, plan: Any = None) -> str:
 
 
 def print_targets(found: Any) -> None:
-    """The search's table (`requests.serve.TargetsResult`), the best option and why."""
+    """The search's table (`requests.serve_targets.TargetsResult`), the best option and why."""
     s, req = found.setting, found.request
     _table(s.model, s.cluster, s.workload, found.options, req.ttft_max, req.tpot_max, found.percentile, req, found)
 

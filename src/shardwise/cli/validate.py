@@ -127,6 +127,12 @@ def validate(
     --calibration FILE: how far the model misses them, whether its 80% intervals hold them, and
     whether it ranks your layouts as they measured.
     """
+    if not calibrated and _given("draws"):  # it was ignored without a word (review 37)
+        from shardwise.errors import SpecError
+
+        raise SpecError(
+            f"--draws {draws}: it sets the random draws of --calibrated's learning curves; add --calibrated"
+        )
     if runs_file is not None or calibration is not None:
         from shardwise.cli.validate_runs import check_options, show_runs
 
@@ -339,3 +345,10 @@ def _planner(as_json: bool, markdown: bool) -> None:
     for r in rows:
         if not r.layout.same:
             out.print(f"  {r.run_id}: {r.layout.why}")
+
+
+def _given(name: str) -> bool:
+    """Whether option `name` was given on the command line (not its default)."""
+    from click.core import ParameterSource
+
+    return click.get_current_context().get_parameter_source(name) is ParameterSource.COMMANDLINE

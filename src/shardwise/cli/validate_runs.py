@@ -145,3 +145,8 @@ def check_options(tables: tuple[str, ...], calibrated: bool, calibration: Any, r
         )
     if runs == "":
         raise SpecError("--runs: '' is not a file; give the CSV of your runs (the columns: docs/calibration.md)")
+    if runs is not None and not str(runs).lower().endswith(".csv"):  # a trainer log read as CSV (review 37)
+        raise SpecError(
+            f"--runs {runs}: give the CSV of your runs (the columns: docs/calibration.md); a trainer log is read "
+            f"by `shardwise calibrate {runs} --set ...`, which writes the runs' calibration"
+        )

@@ -17,10 +17,10 @@ from typing import Any
 
 from shardwise import files, loaders, units
 from shardwise.presets.framework_fields import _framework_from_dict, with_like
+from shardwise.presets.link_spec import parse_link_spec  # noqa: F401  (presets.parse_link_spec)
 from shardwise.presets.pcie_fields import host_cpu_of, pcie_from_dict
 from shardwise.presets.stack_defaults import framework_pipeline_split, framework_plan_search  # noqa: F401
 from shardwise.specs import Cluster, Gpu, Link, Model, SpecError
-from shardwise.specs.experiment import LinkSpec
 
 HERE = Path(__file__).parent  # the preset files sit beside this module
 KINDS = ("gpus", "links", "systems", "models", "frameworks")
@@ -90,12 +90,19 @@ def names(kind: str) -> list[str]:
     return list(raw(kind))
 
 
+def _check_name(kind: str, name: Any) -> None:
+    """A name or a path is text: else one line, not an AttributeError (review 37: `model(None)`)."""
+    if not isinstance(name, str):
+        raise SpecError(f"{kind[:-1]}: {name!r} is not allowed; give a preset's name or a file (`presets {kind}`)")
+
+
 def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
     """(canonical name, fields) for a preset name or a YAML file path."""
+    _check_name(kind, name)
     if _looks_like_path(name):
         data = loaders.load_yaml(name)
         if not isinstance(data, dict):
-            raise SpecError(f"{name}: expected a mapping of fields for one {kind[:-1]}")
+            raise SpecError(f"{name}: expected a YAML mapping of fields (key: value lines) for one {kind[:-1]}")
         if len(data) == 1 and isinstance(next(iter(data.values())), dict):
             key, fields = next(iter(data.items()))
             return _own_name(kind, name, str(key)), fields
@@ -179,6 +186,9 @@ def link_or_rate(
         rate = None
     if rate is not None:
         return loaders.link_from_rate(name or spec, rate, role, replaced, latency_s)
+    typo = units.rate_typo(spec)
+    if typo is not None:
+        raise SpecError(typo)
     found = link(spec)
     return found if latency_s is None else found.with_(latency_s=latency_s)
 
@@ -200,6 +210,7 @@ def model(name: str, **overrides: Any) -> Model:
                 f"model {name!r}: {field}: an array is not an override (overrides derive the defaults, "
                 f"ffn_hidden from hidden, ...); give it to the model built: presets.model({name!r}).with_({field}=...)"
             )
+    _check_name("models", name)
     name = model_path(name)
     if name.lower().endswith(".json"):  # a Hugging Face config.json
         from shardwise import hf_config
@@ -277,10 +288,11 @@ def _system_from_dict(key: str, data: dict[str, Any], nodes: int) -> Cluster:
     if per_node < 1:
         raise SpecError(f"system {key!r}: gpus_per_node: {per_node} is not allowed; it must be >= 1")
     g = _field_part(key, "gpu", data, loaders.gpu_from_dict, gpu)
-    intra = _field_part(key, "intra_node_link", data, loaders.link_from_dict, link)
+    # a preset, a file, the fields inline or a rate, as --intra-link takes them (review 37)
+    intra = _field_part(key, "intra_node_link", data, loaders.link_from_dict, lambda v: link_or_rate(v, "intra"))
     inter = None
     if data.get("inter_node_link") is not None:  # false, 0 or "" is a mistake, not "no network"
-        nic = _field_part(key, "inter_node_link", data, loaders.link_from_dict, link)
+        nic = _field_part(key, "inter_node_link", data, loaders.link_from_dict, lambda v: link_or_rate(v, "inter"))
         nics = loaders.check_nics_per_node(data.get("nics_per_node", per_node), f"system {key!r}: nics_per_node")
         inter = loaders.per_gpu_nic(nic, nics, per_node)
     cluster = loaders.cluster_from_parts(key, g, per_node, nodes, intra, inter, str(data.get("source", "")))
@@ -304,7 +316,7 @@ def system_network(name: str) -> tuple[Link | None, float]:
     _, data = _lookup("systems", name)
     if data.get("inter_node_link") is None:
         return None, 0.0
-    nic = _part("links", data["inter_node_link"], loaders.link_from_dict, link)
+    nic = _part("links", data["inter_node_link"], loaders.link_from_dict, lambda v: link_or_rate(v, "inter"))
     nics = data.get("nics_per_node", data.get("gpus_per_node", 1))
     return nic, loaders.check_nics_per_node(nics, f"system {name!r}: nics_per_node")
 
@@ -359,34 +371,3 @@ def _part(kind: str, value: Any, from_dict: Any, by_name: Any) -> Any:
 def describe(kind: str) -> list[dict[str, Any]]:
     """Rows for `shardwise presets`: name plus the fields of each preset."""
     return [{"name": k, **v} for k, v in raw(kind).items()]
-
-
-def parse_link_spec(text: str, flag: str = "--intra-link") -> LinkSpec:
-    """A link to compare: `nvlink3` (preset), `pcie=pcie4`, `nvlink=600GB/s`,
-    `pcie=32GB/s,latency=2us,efficiency=0.76`. A bare rate is the sustained rate (efficiency 1)."""
-    head, *extras = text.replace(" ", "").split(",")
-    label, sep, value = head.partition("=")
-    if not sep:
-        label, value = head, head
-    if not label or not value:
-        raise SpecError(f"{flag} {text!r}: give LABEL=LINK (a preset like pcie4 or a rate like 32GB/s)")
-    try:
-        link = link_or_rate(value, "intra", name=label)
-    except SpecError as exc:
-        hint = "; or give LABEL=RATE like nvlink=600GB/s" if str(exc).startswith("unknown link") else ""
-        raise SpecError(f"{flag} {text!r}: {exc}{hint}") from None
-    for extra in extras:
-        key, _, v = extra.partition("=")
-        if key == "latency":
-            link = link.with_(latency_s=units.parse_seconds(v))
-        elif key == "efficiency":
-            try:
-                efficiency = float(v)
-            except ValueError:
-                raise SpecError(f"{flag} {text!r}: efficiency={v} is not allowed; give a fraction like 0.8") from None
-            link = link.with_(efficiency=efficiency)
-        elif key == "base_latency":
-            link = link.with_(base_latency_s=units.parse_seconds(v))
-        else:
-            raise SpecError(f"{flag} {text!r}: unknown option {key!r}; allowed: latency, efficiency, base_latency")
-    return LinkSpec(label=label, link=link)

@@ -126,10 +126,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
     if "zero3_buckets" in data:  # DeepSpeed's stage-3 buckets, by its config keys (`specs.zero3`)
         out["zero3_buckets"] = zero3_buckets_of(data["zero3_buckets"], f"framework {key!r}: zero3_buckets")
     if "host_kernel" in data:
-        try:
-            out["host_kernel_s"] = units.parse_seconds(data["host_kernel"])
-        except SpecError as exc:
-            raise SpecError(f"framework {key!r}: host_kernel: {exc}") from None
+        out["host_kernel_s"] = _host_kernel_s(key, data["host_kernel"])
     check_default_fields(key, data)  # not Plan fields: `presets.stack_defaults`
     # not a Plan field: the request layer reads it through `framework_pipeline_split`
     if "pipeline_split" in data and data["pipeline_split"] not in PIPELINE_SPLITS:
@@ -164,6 +161,27 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
                 raise SpecError(f"framework {key!r}: {field}: {value!r} is not allowed; give {what}, 0-{high}")
             out[field] = float(value)
     return out
+
+
+# host time per kernel a stack may state (`specs.plan_checks`: Plan.host_kernel_s in [0, 1 ms])
+HOST_KERNEL_RANGE_S = (0.0, 1e-3)
+
+
+def _host_kernel_s(key: str, value: Any) -> float:
+    """`host_kernel:` in seconds, checked here so that `presets show FILE` refuses what predict
+    would, naming the file's key (review 37: `host_kernel: -5us` passed `presets show` and predict
+    said 'plan: host_kernel_s: -4.99e-06 is not allowed')."""
+    where = f"framework {key!r}: host_kernel"
+    if isinstance(value, bool) or (units.is_bare_number(str(value).strip()) and float(value) != 0):
+        raise SpecError(f"{where}: {value!r} has no unit; write it with one, e.g. host_kernel: 10us")
+    try:
+        seconds = units.parse_seconds(value)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    low, high = HOST_KERNEL_RANGE_S
+    if not low <= seconds <= high:  # NaN fails too
+        raise SpecError(f"{where}: {value!r} is not allowed; give a time from 0 to 1ms (e.g. 10us)")
+    return seconds
 
 
 # a built-in preset's own words, not taken by a file that starts from it (`with_like`)

@@ -236,7 +236,9 @@ def link_flag(spec: str, role: str, replaced: Any = None, latency_s: float | Non
             units.parse_rate_bytes_per_s(spec)
             rate = True
         except SpecError:
-            rate = units.is_bare_number(spec)
+            rate = units.is_bare_number(spec) or units.rate_typo(spec) is not None
+        if spec.endswith((".yaml", ".yml")):  # a file was given: what is wrong is inside it
+            rate = True
         raise SpecError(f"--{role}: {exc}" + ("" if rate else "; or give a YAML file or a rate like 600GB/s")) from None
 
 

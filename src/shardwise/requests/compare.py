@@ -19,6 +19,7 @@ from typing import Any
 
 from shardwise.errors import SpecError
 from shardwise.requests import fields as F
+from shardwise.requests.field_ranges import check_experiment, require
 from shardwise.requests.fields import EXPERIMENT_FIELDS as TABLE
 
 
@@ -66,6 +67,9 @@ class ExperimentRequest:
 
     def __post_init__(self) -> None:
         F.normalize(self, TABLE)
+        if isinstance(self.precision, str):  # as the command line's choice takes it: BF16 is bf16
+            object.__setattr__(self, "precision", self.precision.lower())
+        check_experiment(self)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str = "") -> ExperimentRequest:
@@ -79,7 +83,7 @@ class ExperimentRequest:
 
     @classmethod
     def from_argv(cls, argv: list[str] | tuple[str, ...] | str) -> ExperimentRequest:
-        args = shlex.split(argv) if isinstance(argv, str) else list(argv)
+        args = F.split_argv(argv)
         return cls(**F.parse_argv(args, table=TABLE))
 
     def values(self) -> dict[str, Any]:
@@ -126,7 +130,7 @@ class BuiltExperiment:
 
 
 def _strip(argv: list[str] | tuple[str, ...] | str, command: str) -> list[str]:
-    args = shlex.split(argv) if isinstance(argv, str) else list(argv)
+    args = F.split_argv(argv)
     while args and args[0] in ("shardwise", command):
         args.pop(0)
     return args
@@ -218,6 +222,11 @@ class CrossoverRequest:
     experiment: ExperimentRequest = field(default_factory=ExperimentRequest)
     vary: str = DEFAULT_VARY
 
+    def __post_init__(self) -> None:
+        require(self, "experiment", ExperimentRequest)
+        object.__setattr__(self, "vary", F.parse_value(CROSSOVER_OWN["--vary"], self.vary, "--vary"))
+        self.values()  # the range checked when the request is built, as `--vary` is (not first in `.run()`)
+
     @classmethod
     def from_argv(cls, argv: list[str] | tuple[str, ...] | str) -> CrossoverRequest:
         exp, own = _split(_strip(argv, "crossover"), CROSSOVER_OWN)
@@ -306,6 +315,7 @@ class SweepRequest:
     breakdown: bool = False
 
     def __post_init__(self) -> None:
+        require(self, "experiment", ExperimentRequest)
         object.__setattr__(self, "vary", F.parse_value(SWEEP_OWN["--vary"], self.vary, "vary"))
         if not self.vary:
             raise SpecError("--vary: give at least one variable to sweep (e.g. --vary batch=1..64)")

@@ -147,6 +147,12 @@ def check_plans_valid(exp: Any, variable: str, values: Any, times: dict[str, Any
             rule = why_invalid(exp, plan, exp.links[0].link, {variable: np.asarray(values)[:1]})
             if rule is not None and "needs sequence parallelism" in rule:  # the fix, in the --plan's words
                 rule += f"; write --plan {plan.label},sp=on"
+            if rule is not None and variable == "batch" and "divisible by dp" in rule:  # the range, not the plan
+                low, high = float(np.min(values)), float(np.max(values))
+                rule += (
+                    f"; the batches swept run {low:g} to {high:g} on {exp.gpus} GPUs: give --vary "
+                    "batch=LOW..HIGH with multiples of dp x micro-batch, or fewer GPUs"
+                )
             raise SpecError(
                 f"--plan {plan.label}: invalid at every {variable} in the range ({rule or 'see the rules'})"
             )

@@ -9,6 +9,7 @@ imports numpy or click, so the CLI can read the defaults while it builds `--help
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -230,8 +231,11 @@ def default(name: str, table: tuple[Field, ...] = TRAINING_FIELDS) -> Any:
 
 def parse_value(field: Field, value: Any, where: str = "") -> Any:
     """A field's value from a string (a CSV cell, a flag's argument, a control) or from a value of
-    its own type; an empty string is "not given" (the default). One clear line when not allowed."""
-    at = f"{where}: " if where else ""
+    its own type; an empty string is "not given" (the default). One clear line when not allowed:
+    `where` is the flag (`--tp`, named alone) or the place (a CSV line, named before the field)."""
+    alone = where in (field.option, field.name)  # the field's own name or flag: said once
+    at = f"{where}: " if where and not alone else ""
+    name = where if where and alone else field.name
     if field.kind == "list":
         if value is None or (isinstance(value, str) and not value.strip()):
             return field.default
@@ -240,7 +244,7 @@ def parse_value(field: Field, value: Any, where: str = "") -> Any:
         try:
             return tuple(str(v) for v in value)  # given one by one: as given (an empty one is refused later)
         except TypeError:
-            raise SpecError(f"{at}{field.name}: {value!r} is not allowed; give a list of values") from None
+            raise SpecError(f"{at}{name}: {value!r} is not allowed; give a list of values") from None
     if value is None or (isinstance(value, str) and not value.strip()):
         return field.default
     text = value.strip() if isinstance(value, str) else value
@@ -251,12 +255,12 @@ def parse_value(field: Field, value: Any, where: str = "") -> Any:
             return True
         if str(text).lower() in FALSE_WORDS:
             return False
-        raise SpecError(f"{at}{field.name}: {value!r} is not allowed; use yes or no")
+        raise SpecError(f"{at}{name}: {value!r} is not allowed; use yes or no")
     if field.kind == "onoff":
         word = {True: "on", False: "off"}.get(text, str(text).lower()) if isinstance(text, bool) else str(text).lower()
         word = "on" if word in TRUE_WORDS else "off" if word in FALSE_WORDS else word
         if word not in field.choices:
-            raise SpecError(f"{at}{field.name}: {value!r} is not allowed; use on or off")
+            raise SpecError(f"{at}{name}: {value!r} is not allowed; use on or off")
         return word
     if field.kind == "int":
         try:
@@ -272,20 +276,20 @@ def parse_value(field: Field, value: Any, where: str = "") -> Any:
                     raise ValueError
                 out = int(number)
         except (TypeError, ValueError, OverflowError):
-            raise SpecError(f"{at}{field.name}: {value!r} is not allowed; give a whole number") from None
+            raise SpecError(f"{at}{name}: {value!r} is not allowed; give a whole number") from None
         if field.choices and str(out) not in field.choices:
-            raise SpecError(f"{at}{field.name}: {value!r} is not allowed; use one of {', '.join(field.choices)}")
+            raise SpecError(f"{at}{name}: {value!r} is not allowed; use one of {', '.join(field.choices)}")
         return out
     if field.kind == "float":
         try:
-            return float(text)
-        except (TypeError, ValueError):
-            raise SpecError(f"{at}{field.name}: {value!r} is not allowed; give a number") from None
+            return float(text)  # nan and inf: refused by each field's range (`field_ranges`)
+        except (TypeError, ValueError, OverflowError):
+            raise SpecError(f"{at}{name}: {value!r} is not allowed; give a number") from None
     text = str(text)
     if field.choices:
         lowered = text.lower()
         if lowered not in field.choices:
-            raise SpecError(f"{at}{field.name}: {value!r} is not allowed; use one of {', '.join(field.choices)}")
+            raise SpecError(f"{at}{name}: {value!r} is not allowed; use one of {', '.join(field.choices)}")
         return lowered
     return text
 
@@ -328,9 +332,26 @@ def argv_of(values: dict[str, Any], table: tuple[Field, ...] = TRAINING_FIELDS) 
 
 
 def _text(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
     if isinstance(value, float):
         return repr(value) if value != int(value) else str(int(value)) if abs(value) < 1e15 else repr(value)
     return str(value)
+
+
+def split_argv(argv: Any) -> list[str]:
+    """Command-line arguments from one string (split as a shell does) or a list; an unbalanced quote
+    or anything else is one `SpecError` line (shlex's ValueError was a traceback, review 37)."""
+    import shlex
+
+    if isinstance(argv, str):
+        try:
+            return shlex.split(argv)
+        except ValueError as exc:
+            raise SpecError(f"command line {argv!r}: {str(exc).lower()}; close the quote or escape it") from None
+    if isinstance(argv, (list, tuple)) and all(isinstance(a, str) for a in argv):
+        return list(argv)
+    raise SpecError(f"command line: {argv!r} is not allowed; give a string or a list of strings")
 
 
 def parse_argv(

@@ -21,7 +21,8 @@ SCHEDULES = ("1f1b", "gpipe", "interleaved", "zb-h1")
 
 def _check_range(name: str, value: int | float, low: float, high: float) -> None:
     if not low <= value <= high:  # NaN fails too
-        raise SpecError(f"--{name.replace('_', '-')}: {value!r} is not allowed; give a number from {low:g} to {high:g}")
+        flag = "--timeout" if name == "timeout_s" else "--" + name.replace("_", "-")  # the flag's own name
+        raise SpecError(f"{flag}: {value!r} is not allowed; give a number from {low:g} to {high:g}")
 
 
 @dataclass(frozen=True)

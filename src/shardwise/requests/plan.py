@@ -157,6 +157,9 @@ class PlanRequest:
 
     def __post_init__(self) -> None:
         from shardwise.errors import SpecError
+        from shardwise.requests.field_ranges import require
+
+        require(self, "training", TrainingRequest)
         from shardwise.specs._checks import MAX_WHOLE, whole_range
 
         for name in SEARCHED_INTS:
@@ -199,7 +202,7 @@ class PlanRequest:
         """From `plan`'s arguments (with or without the leading `shardwise plan`)."""
         from shardwise.requests import fields as F
 
-        args = shlex.split(argv) if isinstance(argv, str) else list(argv)
+        args = F.split_argv(argv)
         while args and args[0] in ("shardwise", "plan"):
             args.pop(0)
         args = ["--no-tp-within-node" if a == "--tp-across-nodes" else a for a in args]

@@ -114,6 +114,9 @@ class SensitivityRequest:
     factor: float = DEFAULTS["factor"]
 
     def __post_init__(self) -> None:
+        from shardwise.requests.field_ranges import require
+
+        require(self, "experiment", ExperimentRequest)
         for f in OWN.values():  # the value grammars are checked when run (an empty one is refused there)
             if f.kind != "str":
                 object.__setattr__(self, f.name, F.parse_value(f, getattr(self, f.name), f.name))

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 from shardwise.errors import SpecError
 from shardwise.precisions import STORAGE_PRECISIONS
 from shardwise.requests import fields as F
-from shardwise.requests.serve_flags import default_batching, resolved_batching
+from shardwise.requests.field_ranges import require
+from shardwise.requests.serve_flags import check_serve_fields, default_batching, resolved_batching
+from shardwise.requests.serve_targets import TargetsResult
 from shardwise.requests.training import TrainingRequest
 from shardwise.specs.serving import ENGINE_ALL_REDUCE
 
@@ -106,7 +108,9 @@ class ServeRequest:
     hf_id: str | None = None
 
     def __post_init__(self) -> None:
+        require(self, "target", TrainingRequest)
         F.normalize(self, SERVE_FIELDS, where=True)
+        check_serve_fields(self)  # the ranges `serve` checks, before `.command()` can print them
         if self.framework is None:  # --emit vllm prices the plans as the vLLM server it prints runs them
             object.__setattr__(self, "framework", "vllm" if self.emit == "vllm" else "tensorrt-llm")
         object.__setattr__(self, "batching", resolved_batching(self))
@@ -131,7 +135,7 @@ class ServeRequest:
 
     @classmethod
     def from_argv(cls, argv: list[str] | tuple[str, ...] | str) -> ServeRequest:
-        args = shlex.split(argv) if isinstance(argv, str) else list(argv)
+        args = F.split_argv(argv)
         while args and args[0] in ("shardwise", "serve"):
             args.pop(0)
         values = F.parse_argv(args, _OWN)
@@ -343,56 +347,3 @@ class ServeSetting:
     notes: tuple[str, ...]
     layouts: Any = None  # requests.serve_plans.Layouts: the plans given, or the machine's compared without --plan
     domain_cut: tuple[int, int] | None = None  # (GPUs per NVLink domain, as cut): `cluster_build.domain_cut`
-
-
-@dataclass(frozen=True)
-class TargetsResult:
-    """The latency-target search: every option, best first."""
-
-    request: ServeRequest
-    setting: ServeSetting
-    options: list[Any]  # analyses.serving_targets.Option
-    ttft_max_s: float | None
-    tpot_max_s: float | None
-    percentile: str
-    # without --plan, the expert layouts x precisions left out after pricing (`analyses.serving_targets.without_twins`)
-    dropped: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def compared_layouts(self) -> bool:
-        """No --plan was given: the machine's layouts were searched."""
-        return not self.request.plans
-
-    def as_dict(self) -> dict[str, Any]:
-        """The JSON `serve --ttft-max ... --json` prints."""
-        from shardwise.requests.serve_notes import search_notes
-
-        wl = self.setting.workload
-        found = self.setting.layouts
-        layouts = {
-            "searched": len({o.label for o in self.options} | {label for label, _ in self.dropped}),
-            "experts": found.experts if found is not None else "",
-            "not_shown": [{"plan": label, "weight_precision": w} for label, w in self.dropped],
-            "not_compared": list(found.left_out) if found is not None else [],
-        }
-        return {
-            "targets": {"ttft_max_s": self.ttft_max_s, "tpot_max_s": self.tpot_max_s, "percentile": self.percentile},
-            "workload": {"input_len": wl.input_len, "output_len": wl.output_len},
-            "options": [
-                {
-                    "plan": o.label,
-                    "weight_precision": o.weight_precision,
-                    "kv_precision": o.kv_precision,
-                    "meets": o.meets,
-                    "requests_in_flight_per_replica": o.users_per_replica,
-                    "tokens_per_s_per_gpu": o.tokens_per_s_per_gpu,
-                    "replicas": int(o.estimate.scenario.plan.dp) if o.estimate is not None else None,
-                    "percentiles_s": o.estimate.percentiles_s if o.estimate is not None else None,
-                    "why": o.why,
-                }
-                for o in self.options
-            ],
-            **({"layouts": layouts} if self.compared_layouts else {}),
-            "notes": search_notes(self),
-            "command": self.request.command(),
-        }

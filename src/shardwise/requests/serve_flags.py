@@ -49,6 +49,51 @@ def resolved_batching(req: Any) -> str:
     return "static"
 
 
+def check_serve_fields(req: Any) -> None:
+    """A `ServeRequest`'s own numeric fields in the command line's ranges, checked when the request
+    is built (review 37: `ServeRequest(requests=0)` constructed and failed only in `.run()`)."""
+    from shardwise.requests.field_ranges import check_whole
+
+    for name in ("input_len", "output_len", "concurrency"):
+        check_whole(name, getattr(req, name), 1)
+    budget = req.max_batched_tokens
+    if budget is not None and not 256 <= budget <= 1 << 20:
+        raise SpecError(f"--max-batched-tokens: {budget} is not allowed; give a whole number from 256 to {1 << 20}")
+    if not 0 <= req.seed <= 2**32 - 1:
+        raise SpecError(f"--seed: {req.seed} is not allowed; give a whole number from 0 to {2**32 - 1}")
+    if not 50 <= req.requests <= 1_000_000:  # the command line's range (percentiles need enough requests)
+        raise SpecError(f"--requests: {req.requests} is not allowed; give a whole number from 50 to 1000000")
+    if req.request_rate is not None:
+        low, high = REQUEST_RATE_RANGE_PER_S
+        if not low <= req.request_rate <= high:
+            raise SpecError(
+                f"--request-rate: {req.request_rate:g} is not allowed; it must be a number of requests per second "
+                f"from {low:g} (one a day: below it requests never meet, as one at a time) to {high:g}"
+            )
+    if not 0.01 <= req.burstiness <= 100:
+        raise SpecError(f"--burstiness: {req.burstiness:g} is not allowed; give a number from 0.01 to 100 (1: Poisson)")
+    seconds_of(req.ttft_max, "--ttft-max")
+    seconds_of(req.tpot_max, "--tpot-max")
+    if req.hf_id is not None:
+        check_hf_id(req.hf_id)
+
+
+def check_hf_id(text: str) -> None:
+    """--hf-id: a Hugging Face id (ORG/NAME) or a checkpoint folder that exists (review 37: 'a/b/c'
+    and a missing folder went into the printed `vllm serve` line unchecked)."""
+    import re
+    from pathlib import Path
+
+    folder = text.startswith((".", "/", "~")) or Path(text).expanduser().is_dir()
+    if folder:
+        if not Path(text).expanduser().is_dir():
+            raise SpecError(f"--hf-id {text}: no such folder; give a checkpoint folder that exists, or ORG/NAME")
+        return
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", text):
+        example = "meta-llama/Llama-3.1-8B"
+        raise SpecError(f"--hf-id {text}: not a Hugging Face id; give ORG/NAME (e.g. {example}) or a folder")
+
+
 def check_load_flags(req: Any, budget: int, mix: Any) -> dict[str, Any] | None:
     """`req`: a `requests.serve.ServeRequest` (not imported: serve imports this module). One clear
     line where the load flags clash; else the in-flight simulation's settings (None: a

@@ -120,7 +120,7 @@ def lockstep_cliff(option: Any, ttft_max_s: float | None, tpot_max_s: float | No
 
 
 def search_notes(found: Any) -> list[str]:
-    """The latency search's notes (`requests.serve.TargetsResult`): what was assumed, and a lock-step
+    """The latency search's notes (`requests.serve_targets.TargetsResult`): what was assumed, and a lock-step
     step behind the best load (`lockstep_cliff`)."""
     best = found.options[0] if found.options else None
     cliff = lockstep_cliff(best, found.ttft_max_s, found.tpot_max_s, found.percentile)

@@ -6,6 +6,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from shardwise.requests import fields as F
 from shardwise.requests.training import TrainingRequest
 
 
@@ -54,9 +55,14 @@ class TimelineRequest:
 
     training: TrainingRequest
 
+    def __post_init__(self) -> None:
+        from shardwise.requests.field_ranges import require
+
+        require(self, "training", TrainingRequest)
+
     @classmethod
     def from_argv(cls, argv: list[str] | tuple[str, ...] | str) -> TimelineRequest:
-        args = shlex.split(argv) if isinstance(argv, str) else list(argv)
+        args = F.split_argv(argv)
         while args and args[0] in ("shardwise", "timeline"):
             args.pop(0)
         return cls(TrainingRequest.from_argv(args))

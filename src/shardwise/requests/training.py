@@ -21,9 +21,11 @@ from typing import Any
 from shardwise.emit import TRAINING_TARGETS
 from shardwise.errors import SpecError
 from shardwise.precisions import FP8_PRECISIONS
-from shardwise.presets.stack_defaults import framework_recompute, recompute_origin
+from shardwise.presets.stack_defaults import recompute_origin
 from shardwise.requests import fields as F
+from shardwise.requests.field_ranges import check_training, require
 from shardwise.requests.fields import default
+from shardwise.requests.idle_flags import refuse_expert_flags, refuse_idle_flags
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,9 @@ class TrainingRequest:
 
     def __post_init__(self) -> None:
         F.normalize(self, F.TRAINING_FIELDS)
+        if isinstance(self.precision, str):  # as the command line's choice takes it: BF16 is bf16
+            object.__setattr__(self, "precision", self.precision.lower())
+        check_training(self)  # the ranges the command line checks, before anything prints `--tp 0`
         # a recipe given (not the framework's default) says how FP8 casts: with another precision
         # it would change nothing, so it is refused rather than silently ignored
         if self.fp8_recipe is not None and self.precision not in FP8_PRECISIONS:
@@ -134,7 +139,7 @@ class TrainingRequest:
     @classmethod
     def from_argv(cls, argv: list[str] | tuple[str, ...] | str) -> TrainingRequest:
         """From command-line arguments (`--model llama3-8b --tp 2 ...`, a list or one string)."""
-        args = shlex.split(argv) if isinstance(argv, str) else list(argv)
+        args = F.split_argv(argv)
         return cls(**F.parse_argv(args))
 
     # --- ways out ----------------------------------------------------------------------------
@@ -272,6 +277,7 @@ class PredictRequest:
     emit_version: str | None = None
 
     def __post_init__(self) -> None:
+        require(self, "training", TrainingRequest)
         if self.engine not in ENGINES:
             raise SpecError(f"engine: {self.engine!r} is not allowed; use one of {', '.join(ENGINES)}")
         object.__setattr__(self, "emit", _checked_emit(self.emit, self.emit_version))
@@ -288,7 +294,7 @@ class PredictRequest:
     @classmethod
     def from_argv(cls, argv: list[str] | tuple[str, ...] | str) -> PredictRequest:
         """From `predict`'s arguments (with or without the leading `shardwise predict`)."""
-        args = shlex.split(argv) if isinstance(argv, str) else list(argv)
+        args = F.split_argv(argv)
         while args and args[0] in ("shardwise", "predict"):
             args.pop(0)
         own = {
@@ -321,7 +327,7 @@ class PredictRequest:
             priced = replace(self, training=training)
         built = priced.training.build()
         scn = built.scenario
-        _refuse_expert_flags(self.training, scn.model)  # the rest of refuse_idle_flags ran in __post_init__
+        refuse_expert_flags(self.training, scn.model)  # the rest of refuse_idle_flags ran in __post_init__
         if self.engine == "simulate":
             from shardwise.engines.simulated import simulate_training_step
 
@@ -356,44 +362,3 @@ def checked_emit(emit: str | None, emit_version: str | None, command: str) -> st
     if target not in EMIT_TARGETS:
         raise SpecError(f"--emit: {target!r} is not allowed; use one of {', '.join(EMIT_TARGETS)}")
     return target
-
-
-def refuse_idle_flags(t: TrainingRequest, model: Any = None) -> None:
-    """One line for a flag of one plan that the plan gives nothing to do (it was priced as if
-    absent): how CP ranks talk without CP, LoRA's targets without LoRA, what selective
-    recomputation keeps without it, and with the `model` built, a mixture-of-experts flag on a
-    dense model. `predict` asks it (`plan` searches cp and recomputation: not there)."""
-    if model is not None:
-        _refuse_expert_flags(t, model)
-    if t.cp_comm != F.default("cp_comm") and t.cp == 1:
-        raise SpecError(f"--cp-comm {t.cp_comm}: with --cp 1 no context-parallel ranks exchange anything; add --cp")
-    if t.lora_targets != F.default("lora_targets") and t.lora_rank == 0:
-        raise SpecError("--lora-targets names the layers of LoRA's adapters; add --lora-rank R")
-    recompute = t.recompute or framework_recompute(t.framework)  # None: the framework's default
-    if t.selective_policy is not None and recompute != "selective":
-        raise SpecError(
-            f"--selective-policy says what --recompute selective recomputes; it is not used with --recompute "
-            f"{recompute}" + ("" if t.recompute else f" ({t.framework}'s default)")
-        )
-    if t.partition_activations and recompute != "full":  # DeepSpeed splits what full recomputation keeps
-        raise SpecError(f"--partition-activations needs --recompute full (not {recompute}): add it or drop the flag")
-
-
-def _refuse_expert_flags(t: TrainingRequest, model: Any) -> None:
-    """One line for a mixture-of-experts flag on a dense model (it was priced as if absent)."""
-    if getattr(model, "is_moe", False):
-        return
-    given = [
-        flag
-        for flag, name in (
-            ("--etp", "etp"),
-            ("--expert-imbalance", "expert_imbalance"),
-            ("--moe-dispatcher", "moe_dispatcher"),
-            ("--moe-capacity-factor", "moe_capacity_factor"),
-            ("--moe-pad-to-capacity", "moe_pad_to_capacity"),
-        )
-        if getattr(t, name) != F.default(name)
-    ]
-    if given:
-        them = "them" if len(given) > 1 else "it"
-        raise SpecError(f"{', '.join(given)}: {model.name} is dense (no experts); drop {them}")

@@ -201,7 +201,8 @@ def sequence_rules(
     def sp_error() -> str:
         n, t = at_first(~np.asarray(ok_sp), local, tp)
         why = "sequence parallelism splits the sequence across the TP group"
-        return f"model: seq_len={n} is not divisible by tp={t} ({why})"
+        fix = "give a sequence length that tp divides, or turn it off: --no-sequence-parallel"
+        return f"model: seq_len={n} is not divisible by tp={t} ({why}); {fix}"
 
     return [
         Rule("context parallelism needs fused (flash) attention", np.asarray(ok_flash), flash_error),
