@@ -25,14 +25,24 @@ def shardwise(*args: str) -> None:
 
 
 def fitted_lines(path: str) -> list[str]:
-    """The calibration file's `fitted:` line and each fitted parameter's entry."""
+    """The calibration file's `fitted:` list and each fitted parameter's entry, each with the
+    lines it wraps onto (a line of YAML is folded at 120 characters, its rest indented deeper)."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()
-    fitted = next(line for line in lines if line.startswith("fitted:"))
-    names = [n.strip() for n in fitted.partition("[")[2].rstrip("]").split(",")]
-    out = [fitted]
+
+    def entry(i: int) -> list[str]:
+        indent = len(lines[i]) - len(lines[i].lstrip())
+        end = i + 1
+        while end < len(lines) and len(lines[end]) - len(lines[end].lstrip()) > indent:
+            end += 1
+        return lines[i:end]
+
+    first = next(i for i, line in enumerate(lines) if line.startswith("fitted:"))
+    listed = entry(first)
+    names = [n.strip() for n in " ".join(listed).partition("[")[2].partition("]")[0].split(",")]
+    out = list(listed)
     for i, line in enumerate(lines):
         if any(line.startswith(f"  {n}: ") for n in names):
-            out += [line, *(nxt for nxt in lines[i + 1 : i + 3] if nxt.startswith("      "))]
+            out += entry(i)
     return out
 
 

@@ -4,6 +4,8 @@ example, which must be what the tool writes from the public table."""
 
 from pathlib import Path
 
+import pytest
+
 from script_module import load_script
 from shardwise.calibration.runs import read_runs
 
@@ -44,3 +46,44 @@ def test_the_example_csvs_are_what_the_tool_writes(tmp_path):
         assert {r.scenario.cluster.num_gpus for r in runs} == gpus
         assert {r.group for r in runs} == {f"{g} GPUs" for g in gpus}
         assert all(r.metric == "step_time_s" and r.measured > 0 for r in runs)
+
+
+def test_each_run_written_is_priced_as_validate_public_prices_it(tmp_path):
+    """calfix: the MaxText runs were written without their remat policies (and other stacks' runs
+    without their hybrid-sharding group, network or kernels), so `calibrate` priced other runs than
+    `validate public` did. Every candidate's run, as written, has validate public's step and
+    measurement."""
+    from shardwise.analyses.public_validation import validate_public
+    from shardwise.engines.training import estimate_training_step
+
+    public = {p.run_id: p for p in validate_public()}
+    rows = tool.public_rows()
+    for name, candidate in tool.CANDIDATES.items():
+        fit, held = tool.split(candidate, rows)
+        path = tmp_path / f"{name}.csv"
+        tool.write(path, fit + held)
+        for run in read_runs(path):
+            p = public[run.run_id]
+            step = float(estimate_training_step(run.scenario).step_time_s)
+            assert step == pytest.approx(p.predicted_step_s, rel=1e-9), (name, run.run_id)
+            assert run.measured == pytest.approx(p.measured_step_s, rel=1e-9), (name, run.run_id)
+
+
+def test_the_maxtext_runs_are_written_with_their_remat_policies():
+    """dgxc-benchmarking's MaxText launch (`public_stacks.JAX_LAUNCH_FACTS`): Llama 2 70B
+    save_dot_except_mlpwi (BF16) and save_dot_except_mlp (FP8), Llama 3 70B save_qkv_proj."""
+    runs = {
+        r.run_id: r
+        for part in ("fit", "held_out")
+        for r in read_runs(ROOT / "examples" / "calibration" / f"maxtext-h100_{part}.csv")
+    }
+    policy = {
+        (r.scenario.model.name, str(r.scenario.plan.precision)): r.scenario.plan.selective_policy for r in runs.values()
+    }
+    assert all(r.scenario.plan.recompute.name == "SELECTIVE" for r in runs.values())
+    assert policy == {
+        ("llama2-70b", "bf16"): "save_dot_except_mlpwi",
+        ("llama2-70b", "fp8"): "save_dot_except_mlp",
+        ("llama3-70b", "bf16"): "save_qkv_proj",
+        ("llama3-70b", "fp8"): "save_qkv_proj",
+    }

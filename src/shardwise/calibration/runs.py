@@ -27,11 +27,11 @@ from __future__ import annotations
 import csv
 import io
 import math
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from shardwise.calibration.run_request import REQUEST_COLUMNS
 from shardwise.errors import SpecError
 from shardwise.specs import Scenario
 
@@ -61,9 +61,10 @@ READ = (
     *SERVING_METRICS,
     *("metric", "measured", "id", "group", "source", "dp", "cp", "vpp", "micro_batch", "layers", "seq_len"),
     *("recompute", "precision", "framework", "sequence_parallel", "zero", "fsdp", "gpus_per_node", "scope"),
-    *("schedule", "async_tp_grad", "ep", "etp"),
+    *("ep", "etp"),
     *("micro_batches", "input_len", "output_len", "concurrency", "batch", "weight_precision", "kv_precision"),
     "runtime",
+    *REQUEST_COLUMNS,  # how the run ran: any cluster, plan or stack field of the request (`run_request`)
 )
 # columns of the public-runs table (src/shardwise/data/public_training_runs.csv) and of `measure`'s
 # CSV that describe a run without changing it: kept, not read
@@ -309,36 +310,8 @@ def _run(row: dict[str, str], where: str) -> Run:
     return replace(run, model_note=model_family_note(row.get("model")) or "")
 
 
-def training_request(row: dict[str, str], where: str) -> Any:
-    """The `TrainingRequest` of a run's row: its columns are the request's fields (the same
-    defaults as `predict`: the framework's schedule, sequence parallelism and ZeRO stage),
-    with the table's spellings (`recompute` 'full (uniform, 1 layer)', `fsdp` ranks = ZeRO-3)."""
-    from shardwise.requests.training import TrainingRequest
-
-    optional = ("cp", "dp", "vpp", "micro_batch", "ep", "etp")
-    for key in ("num_gpus", "tp", "pp", "global_batch", *(k for k in optional if row.get(k))):
-        _whole(row, key, where)
-    recompute = (row.get("recompute") or "none").lower()
-    found = re.match(r"(full|selective|none)\b", recompute)  # 'full (uniform, 1 layer)' is full
-    zero = row.get("zero") or ""
-    if zero and zero not in ("0", "1", "2", "3", "0.0", "1.0", "2.0", "3.0"):
-        raise SpecError(f"{where}: zero: {zero!r} is not allowed; use 0, 1, 2 or 3 (the ZeRO stage)")
-    if (row.get("fsdp") or "0") not in ("", "0"):
-        zero = "3"
-    fields = {
-        **{k: row.get(k, "") for k in ("model", "system", "layers", "seq_len", "num_gpus", "gpus_per_node")},
-        **{k: row.get(k, "") for k in ("tp", "pp", "cp", "dp", "vpp", "global_batch", "micro_batch", "ep", "etp")},
-        **{k: row.get(k, "") for k in ("precision", "sequence_parallel", "framework", "schedule", "async_tp_grad")},
-        "recompute": found[1] if found else recompute,
-        "zero": zero,
-    }
-    try:
-        return TrainingRequest.from_mapping(fields)
-    except SpecError as exc:
-        raise SpecError(f"{where}: {exc}") from None
-
-
 def _training_run(row: dict[str, str], where: str) -> Run:
+    from shardwise.calibration.run_request import training_request
     from shardwise.engines.training_flops import flops_per_step
 
     request = training_request(row, where)
