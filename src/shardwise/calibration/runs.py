@@ -10,8 +10,9 @@ micro_batch_size, are accepted as aliases):
   recompute (none / selective / full), precision (bf16 / fp8), framework (a --framework preset or
   YAML file, a relative path read from the CSV's folder; default megatron-core), sequence_parallel
   (default: the framework's, else on when tp > 1),
-  schedule (gpipe / 1f1b / zb-h1 / interleaved; default: the framework's, else 1f1b), async_tp_grad
-  (default: the framework's), zero (default: the framework's), gpus_per_node (default: the system's);
+  zero (default: the framework's), gpus_per_node (default: the system's), and any other cluster, plan or
+  stack field of the training request that says how the run ran (`run_request.REQUEST_COLUMNS`:
+  selective_policy, shard_group, schedule, inter_link, the kernels' switches, ...);
 - the measurement, one of: step_time_s, tokens_per_s_per_gpu, model_tflops_per_gpu (Megatron's
   count, as published; a second one given must tell the same step time within `SAME_STEP`), or
   the pair metric + measured (the public-runs table);
