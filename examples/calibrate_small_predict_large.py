@@ -1,8 +1,8 @@
 """Calibrate on a stack's small jobs, predict its large ones (docs/calibration.md): Llama 3.1 8B
 (Megatron-Core) on DGX H100, from NVIDIA's DGX Cloud benchmarking tables. The twelve runs on 8-32
-GPUs calibrate the GEMM efficiency; the eight on 64 and 128 GPUs are predicted before and after. Runs the commands a user
-would type, in a temporary directory so nothing is left behind; of the calibration file it prints
-the lines that say what was fitted (the rest is provenance and the posterior covariance).
+GPUs calibrate the GEMM efficiency; the eight on 64 and 128 GPUs are predicted before and after.
+Runs the commands a user would type, in a temporary directory so nothing is left behind; of the
+calibration file it prints the lines that say what was fitted (the rest is provenance and the posterior covariance).
 `python tools/calibration_showcase.py dgxc-llama3.1-8b-h100 --write examples/calibration` writes the
 two CSVs from the public table."""
 
