@@ -33,7 +33,6 @@ def training_request(row: dict[str, str], where: str) -> Any:
     """The `TrainingRequest` of a run's row: its columns are the request's fields (the same
     defaults as `predict`: the framework's schedule, sequence parallelism and ZeRO stage),
     with the table's spellings (`recompute` 'full (uniform, 1 layer)', `fsdp` ranks = ZeRO-3)."""
-    from shardwise.calibration.runs import _whole
     from shardwise.requests.training import TrainingRequest
 
     optional = ("cp", "dp", "vpp", "micro_batch", "ep", "etp")
@@ -56,3 +55,18 @@ def training_request(row: dict[str, str], where: str) -> Any:
         return TrainingRequest.from_mapping(fields)
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
+
+
+def _whole(row: dict[str, str], key: str, where: str, default: int | None = None) -> int:
+    text = row.get(key, "")
+    if text == "":
+        if default is None:
+            raise SpecError(f"{where}: {key} is empty; give a whole number")
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError(f"{where}: {key}: {text!r} is not a number") from None
+    if not (value == value and 1 <= value <= 2**53 and value == int(value)):
+        raise SpecError(f"{where}: {key}: {text} is not allowed; it must be a whole number >= 1")
+    return int(value)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from shardwise.calibration.run_request import REQUEST_COLUMNS
+from shardwise.calibration.run_request import REQUEST_COLUMNS, _whole
 from shardwise.errors import SpecError
 from shardwise.specs import Scenario
 
@@ -214,21 +214,6 @@ def check_distinct(runs: list[Run]) -> None:
 def _column(name: str | None) -> str:
     key = (name or "").strip().lower().replace(" ", "_").replace("-", "_")
     return ALIASES.get(key, key)
-
-
-def _whole(row: dict[str, str], key: str, where: str, default: int | None = None) -> int:
-    text = row.get(key, "")
-    if text == "":
-        if default is None:
-            raise SpecError(f"{where}: {key} is empty; give a whole number")
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise SpecError(f"{where}: {key}: {text!r} is not a number") from None
-    if not (value == value and 1 <= value <= 2**53 and value == int(value)):
-        raise SpecError(f"{where}: {key}: {text} is not allowed; it must be a whole number >= 1")
-    return int(value)
 
 
 def _measured(row: dict[str, str], where: str) -> tuple[str, float]:
