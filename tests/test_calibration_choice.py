@@ -75,6 +75,32 @@ def test_a_fitted_value_at_its_limit_is_flagged():
     assert "check the runs" in line
 
 
+def test_an_additive_parameter_is_at_its_limit_only_within_a_fraction_of_its_prior_sd():
+    """caldoc: step_overhead_s = 0.049 s (range 0-60 s, prior 0.5 s) was flagged "at the lower
+    limit" by a rule of 0.1% of the range (60 ms); a tenth of a prior sd from 0 is a value the runs
+    chose. The rule is 2% of the parameter's prior sd, in the fitted scale, for every parameter."""
+    from shardwise.calibration.checks import AT_LIMIT_SDS, at_limit
+    from shardwise.calibration.fit import Fit
+    from shardwise.calibration.parameters import BY_NAME, NEUTRAL
+
+    def one(name, value):
+        return Fit((name,), {**NEUTRAL, name: value}, np.eye(1) * 0.01, 0.05)
+
+    assert AT_LIMIT_SDS * BY_NAME["step_overhead_s"].prior_sd == pytest.approx(0.01)  # 10 ms
+    assert at_limit(one("step_overhead_s", 0.049)) == {}
+    assert at_limit(one("step_overhead_s", 0.005)) == {"step_overhead_s": "lower"}
+    assert at_limit(one("step_overhead_s", 59.995)) == {"step_overhead_s": "upper"}
+    # 0.5 ms per micro-batch is a tenth of its 5 ms prior: a value (0.1% of its 0-1 s range was 1 ms)
+    assert at_limit(one("micro_batch_overhead_s", 0.0005)) == {}
+    assert at_limit(one("micro_batch_overhead_s", 0.00005)) == {"micro_batch_overhead_s": "lower"}
+    # the MaxText example's network exponent stopped 0.003 prior sds from its floor: at it
+    assert at_limit(one("inter_node_scaling_exponent", 0.00031)) == {"inter_node_scaling_exponent": "lower"}
+    assert at_limit(one("gemm_half_rate_tokens", 40.0)) == {}  # 0.1% of 0-65,536 tokens was 65
+    # a scale: 2% of its prior sd in the log (HBM: x1.3 prior, 0.5% above its 0.3 x floor is at it)
+    assert at_limit(one("memory_bandwidth_scale", 0.3 * 1.004)) == {"memory_bandwidth_scale": "lower"}
+    assert at_limit(one("memory_bandwidth_scale", 0.3 * 1.02)) == {}
+
+
 # Review 33's cal/mixed.csv: the six runs above, one on DGX A100, one Mixtral 8x7B 4.6 x slower than
 # predicted: the network is fitted at its floor, 0.05 x.
 MIXED = SLOW_STACK + "r7,llama3-8b,dgx-a100,16,2,1,128,1,24.0\nr8,mixtral-8x7b,dgx-h100,16,2,1,128,1,30.0\n"

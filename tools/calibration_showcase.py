@@ -29,14 +29,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC = ROOT / "src" / "shardwise" / "data" / "public_training_runs.csv"
-# the columns written (the public table's names, which `calibrate` reads; `metric` + `measured` is
-# the measurement as published)
-COLUMNS = (
-    *("id", "model", "system", "framework", "num_gpus", "tp", "pp", "cp", "vp", "ep", "dp", "fsdp"),
-    *("mbs", "gbs", "seq_len", "layers", "recompute", "precision", "metric", "measured", "group", "source"),
+# what makes two rows of the public table the same run (`calibrate` refuses the same run and
+# measurement twice)
+SAME_RUN = (
+    *("model", "system", "framework", "num_gpus", "tp", "pp", "cp", "vp", "ep", "dp", "fsdp"),
+    *("mbs", "gbs", "seq_len", "layers", "recompute", "precision", "metric", "measured"),
 )
-# what makes two rows the same run (`calibrate` refuses the same run and measurement twice)
-SAME_RUN = (*COLUMNS[1:18], "metric", "measured")
 
 
 @dataclass(frozen=True)
@@ -68,13 +66,21 @@ CANDIDATES = {
 
 
 def rows_of(candidate: Candidate, rows: list[dict[str, str]]) -> list[dict[str, str]]:
-    """The candidate's rows that `calibrate` can price (a model preset, a global batch), each run once."""
+    """The candidate's rows with a model preset of their own (not the mixture-of-experts rows that
+    `public_moe` resolves) that `shardwise validate public` prices (not skipped: a layout its source
+    contradicts, a run published twice under two layouts, a layout the model refuses, ...), each
+    run once."""
+    from shardwise.analyses.public_validation import validate_public
+
+    priced = {p.run_id for p in validate_public() if not p.skip}
     seen: set[tuple[str, ...]] = set()
     out = []
     for r in rows:
-        if candidate.source not in r["source"] or r["system"] != candidate.system or not r["model"] or not r["gbs"]:
+        if candidate.source not in r["source"] or r["system"] != candidate.system or not r["model"]:
             continue
         if candidate.framework and r["framework"] != candidate.framework:
+            continue
+        if r["id"] not in priced:
             continue
         key = tuple(r[c] for c in SAME_RUN)
         if key not in seen:
@@ -90,24 +96,37 @@ def split(candidate: Candidate, rows: list[dict[str, str]]) -> tuple[list[dict[s
     return fit, [r for r in mine if int(r["num_gpus"]) > candidate.fit_max_gpus]
 
 
+def run_row(row: dict[str, str]) -> dict[str, str]:
+    """A public row as a runs CSV's row: the fields of the request `shardwise validate public`
+    prices it with (`public_runs.request_for`: its stack, remat policy, sharding group, network,
+    kernels), so that `calibrate` prices the run as it ran, and the measurement as published
+    (`metric` + `measured`); its group is its GPU count, so `validate --runs` reports by scale, and
+    its source names the published table and row."""
+    from shardwise.analyses import public_moe, public_runs
+    from shardwise.calibration.runs import REQUIRED
+
+    request = public_runs.request_for(public_moe.resolved(row))
+    return {
+        "id": row["id"],
+        **{k: str(getattr(request, k)) for k in REQUIRED},  # the columns a runs CSV must have, even at their default
+        **request.to_row(),
+        **{k: row[k] for k in ("metric", "measured")},
+        "group": f"{row['num_gpus']} GPUs",
+        "source": f"{row['source']} :: {row['locator']}",
+    }
+
+
 def write(path: Path, rows: list[dict[str, str]]) -> None:
-    """`rows` as a runs CSV; each run's group is its GPU count, so `validate --runs` reports by scale;
-    its source names the published table and row. A blank `recompute` is written as the "none" that
-    `validate public` prices it at (analyses/public_stacks.recompute), since a runs CSV's blank means
-    the framework's default (calibration/runs.py; maxtext's is full) and the showcase prices the runs
-    as the public table does."""
+    """`rows` as a runs CSV (`run_row`), the columns in the request's order."""
+    from shardwise.requests.fields import TRAINING_FIELDS
+
+    out = [run_row(r) for r in rows]
+    given = {k for r in out for k in r}
+    order = ("id", *(f.name for f in TRAINING_FIELDS), "metric", "measured", "group", "source")
     with path.open("w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, COLUMNS, extrasaction="ignore", lineterminator="\n")
+        w = csv.DictWriter(f, [c for c in order if c in given], lineterminator="\n")
         w.writeheader()
-        w.writerows(
-            {
-                **r,
-                "recompute": r["recompute"] or "none",
-                "group": f"{r['num_gpus']} GPUs",
-                "source": f"{r['source']} :: {r['locator']}",
-            }
-            for r in rows
-        )
+        w.writerows(out)
 
 
 def public_rows() -> list[dict[str, str]]:

@@ -4,8 +4,9 @@
   efficiency as a share of the GPU's dense peak, the HBM bandwidth in TB/s, a link's sustained rate
   per GPU in GB/s (across servers at `parameters.REFERENCE_NODES` servers), so that a factor which
   means a physically odd machine (HBM at 0.41 x is an H100 at 1.4 TB/s, below an A100's 1.6) shows.
-- `at_limit`: a fitted value at a limit of its physical range (`Parameter.low .. high`). The fit
-  is bounded there, so the runs wanted more than the model allows: the value is not a measurement
+- `at_limit`: a fitted value at a limit of its physical range (`Parameter.low .. high`), within
+  `AT_LIMIT_SDS` of its prior sd. The fit is bounded there, so the runs wanted more than the model
+  allows: the value is not a measurement
   of the quantity but a sign that the runs are not what the model was told (a unit, a layout, a
   system) or that the parameter is the wrong explanation. Every prediction it touches then moves
   by the bound, not by what was measured (review 33: inter_node_bandwidth_scale at its 0.05 floor
@@ -26,8 +27,15 @@ import numpy as np
 
 from shardwise.calibration.parameters import BY_NAME, apply
 
-# A fitted value within this share of its range (u space) of a limit is "at" it.
-AT_LIMIT_SHARE = 1e-3
+# A fitted value within this many of its parameter's prior sds of a limit (in the fitted scale, u:
+# the log of a scale, the seconds of an overhead, the exponent itself) is "at" it: it predicts what
+# the limit predicts to within 2% of what the prior allows, so the bound, not the runs, set it (the
+# solver, started inside, stops short of a binding bound by less: docs/calibration.md's MaxText
+# network exponent stopped at 0.0003, 0.003 sd from its floor). The prior sd is
+# each parameter's own scale; a share of the range is not one for an additive parameter, whose
+# range is wide for safety (step_overhead_s: 0-60 s with a 0.5 s prior, where 0.1% of the range
+# called 0.049 s, a tenth of a prior sd from 0, "at the lower limit").
+AT_LIMIT_SDS = 0.02
 # A run the fit still misses by more than this many calibrated spreads (`spreads.NOISE_LOG_SD`,
 # 0.05: 3 x is 16%) is one the parameters do not explain (1 in 370 of a normal's draws).
 MISFIT_SDS = 3.0
@@ -40,7 +48,7 @@ def at_limit(fit: Any) -> dict[str, str]:
     out = {}
     for name in fit.fitted:
         p = BY_NAME[name]
-        u, margin = p.u(fit.values[name]), AT_LIMIT_SHARE * (p.high - p.low)
+        u, margin = p.u(fit.values[name]), AT_LIMIT_SDS * p.prior_sd
         if u <= p.low + margin:
             out[name] = "lower"
         elif u >= p.high - margin:

@@ -11,7 +11,9 @@ micro_batch_size, are accepted as aliases):
   precision (bf16 / fp8), framework (a --framework preset or YAML file, a relative path read from
   the CSV's folder; default megatron-core), sequence_parallel (default: the framework's, else on when tp > 1),
   schedule (gpipe / 1f1b / zb-h1 / interleaved; default: the framework's, else 1f1b), async_tp_grad
-  (default: the framework's), zero (default: the framework's), gpus_per_node (default: the system's);
+  (default: the framework's), zero (default: the framework's), gpus_per_node (default: the system's), and any
+  other cluster, plan or stack field of the training request that says how the run ran
+  (`run_request.REQUEST_COLUMNS`: selective_policy, shard_group, inter_link, the kernels' switches, ...);
 - the measurement, one of: step_time_s, tokens_per_s_per_gpu, model_tflops_per_gpu (with
   tflops_count, the FLOPs it counts: full-square (default), causal or maxtext-6n-causal,
   `calibration.tflops_count`; a tokens/s given beside a step time must tell the same step within
@@ -28,11 +30,11 @@ from __future__ import annotations
 import csv
 import io
 import math
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from shardwise.calibration.run_request import REQUEST_COLUMNS, _whole
 from shardwise.errors import SpecError
 from shardwise.specs import Scenario
 
@@ -62,9 +64,10 @@ READ = (
     *SERVING_METRICS,
     *("metric", "measured", "id", "group", "source", "dp", "cp", "vpp", "micro_batch", "layers", "seq_len"),
     *("recompute", "precision", "framework", "sequence_parallel", "zero", "fsdp", "gpus_per_node", "scope"),
-    *("schedule", "async_tp_grad", "ep", "etp", "tflops_count"),
+    *("ep", "etp", "tflops_count"),
     *("micro_batches", "input_len", "output_len", "concurrency", "batch", "weight_precision", "kv_precision"),
     "runtime",
+    *REQUEST_COLUMNS,  # how the run ran: any cluster, plan or stack field of the request (`run_request`)
 )
 # columns of the public-runs table (src/shardwise/data/public_training_runs.csv) and of `measure`'s
 # CSV that describe a run without changing it: kept, not read
@@ -214,21 +217,6 @@ def _column(name: str | None) -> str:
     return ALIASES.get(key, key)
 
 
-def _whole(row: dict[str, str], key: str, where: str, default: int | None = None) -> int:
-    text = row.get(key, "")
-    if text == "":
-        if default is None:
-            raise SpecError(f"{where}: {key} is empty; give a whole number")
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise SpecError(f"{where}: {key}: {text!r} is not a number") from None
-    if not (value == value and 1 <= value <= 2**53 and value == int(value)):
-        raise SpecError(f"{where}: {key}: {text} is not allowed; it must be a whole number >= 1")
-    return int(value)
-
-
 def _measured(row: dict[str, str], where: str) -> tuple[str, float]:
     given = [(m, row[m]) for m in METRICS if row.get(m, "") != ""]
     if not given and row.get("metric") and row.get("measured"):
@@ -309,36 +297,8 @@ def _run(row: dict[str, str], where: str) -> Run:
     return replace(run, model_note=model_family_note(row.get("model")) or "")
 
 
-def training_request(row: dict[str, str], where: str) -> Any:
-    """The `TrainingRequest` of a run's row: its columns are the request's fields (the same
-    defaults as `predict`: the framework's schedule, sequence parallelism, ZeRO stage and recompute),
-    with the table's spellings (`recompute` 'full (uniform, 1 layer)', `fsdp` ranks = ZeRO-3)."""
-    from shardwise.requests.training import TrainingRequest
-
-    optional = ("cp", "dp", "vpp", "micro_batch", "ep", "etp")
-    for key in ("num_gpus", "tp", "pp", "global_batch", *(k for k in optional if row.get(k))):
-        _whole(row, key, where)
-    recompute = (row.get("recompute") or "").lower()  # blank: the framework's default (`default_recompute`)
-    found = re.match(r"(full|selective|none)\b", recompute)  # 'full (uniform, 1 layer)' is full
-    zero = row.get("zero") or ""
-    if zero and zero not in ("0", "1", "2", "3", "0.0", "1.0", "2.0", "3.0"):
-        raise SpecError(f"{where}: zero: {zero!r} is not allowed; use 0, 1, 2 or 3 (the ZeRO stage)")
-    if (row.get("fsdp") or "0") not in ("", "0"):
-        zero = "3"
-    fields = {
-        **{k: row.get(k, "") for k in ("model", "system", "layers", "seq_len", "num_gpus", "gpus_per_node")},
-        **{k: row.get(k, "") for k in ("tp", "pp", "cp", "dp", "vpp", "global_batch", "micro_batch", "ep", "etp")},
-        **{k: row.get(k, "") for k in ("precision", "sequence_parallel", "framework", "schedule", "async_tp_grad")},
-        "recompute": found[1] if found else recompute,
-        "zero": zero,
-    }
-    try:
-        return TrainingRequest.from_mapping(fields)
-    except SpecError as exc:
-        raise SpecError(f"{where}: {exc}") from None
-
-
 def _training_run(row: dict[str, str], where: str) -> Run:
+    from shardwise.calibration.run_request import training_request
     from shardwise.calibration.tflops_count import count_of, flops_per_step_counted
 
     request = training_request(row, where)
