@@ -47,14 +47,7 @@ def check_training(t: Any) -> None:
         check_whole(name, getattr(t, name), 1)
     for name in AT_LEAST_ZERO:
         check_whole(name, getattr(t, name), 0)
-    for name in ("first_stage_layers", "last_stage_layers"):  # the top is the model's layers (`stage_kwargs`)
-        value = getattr(t, name)
-        if value is not None and value < 1:
-            raise SpecError(f"{flag(name)}: {value} is not allowed; it must be a whole number >= 1")
-    if t.nics_per_node is not None and not 0 < t.nics_per_node <= MAX_NICS_PER_NODE:
-        raise SpecError(
-            f"--nics-per-node: {t.nics_per_node:g} is not allowed; it must be > 0 and at most {MAX_NICS_PER_NODE}"
-        )
+    _check_stages_and_nics(t)
     if not 0 <= t.offload_optimizer <= 1:
         raise SpecError(
             f"--offload-optimizer: {t.offload_optimizer:g} is not allowed; it must be between 0 and 1 (a share)"
@@ -81,13 +74,19 @@ def check_experiment(e: Any) -> None:
         "gpus_per_node", "global_batch", "micro_batch",
     ):  # fmt: skip
         check_whole(name, getattr(e, name), 1)
-    for name in ("first_stage_layers", "last_stage_layers"):  # the top is the model's layers
-        value = getattr(e, name)
+    _check_stages_and_nics(e)
+
+
+def _check_stages_and_nics(r: Any) -> None:
+    """The uneven first/last stage sizes (the top is the model's layers: `stage_kwargs`) and the NICs
+    per server, as a training or an experiment request states them."""
+    for name in ("first_stage_layers", "last_stage_layers"):
+        value = getattr(r, name)
         if value is not None and value < 1:
             raise SpecError(f"{flag(name)}: {value} is not allowed; it must be a whole number >= 1")
-    if e.nics_per_node is not None and not 0 < e.nics_per_node <= MAX_NICS_PER_NODE:
+    if r.nics_per_node is not None and not 0 < r.nics_per_node <= MAX_NICS_PER_NODE:
         raise SpecError(
-            f"--nics-per-node: {e.nics_per_node:g} is not allowed; it must be > 0 and at most {MAX_NICS_PER_NODE}"
+            f"--nics-per-node: {r.nics_per_node:g} is not allowed; it must be > 0 and at most {MAX_NICS_PER_NODE}"
         )
 
 
