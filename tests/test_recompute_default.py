@@ -105,7 +105,7 @@ def test_the_command_line_of_a_request_leaves_the_default_out():
 
 
 def test_calibration_blank_recompute_is_the_framework_default():
-    from shardwise.calibration.runs import training_request
+    from shardwise.calibration.run_request import training_request
 
     row = {"model": "llama3-8b", "system": "dgx-h100", "num_gpus": "8", "tp": "1", "pp": "1", "global_batch": "16"}
     blank = training_request({**row, "framework": "maxtext", "recompute": ""}, "row 1")
