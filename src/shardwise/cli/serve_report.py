@@ -75,7 +75,7 @@ def print_estimates(
         # a plan that does not fit has no times or rates: "-", in every mode (JSON: null)
         timed = fits and math.isfinite(float(est.tpot_s))
         table.add_row(
-            name if fits else f"{name} [does not fit]",
+            name if fits else f"{name} \\[does not fit]",
             _count(est.mean_running) if not users else f"{int(est.workload.batch)}",
             format_seconds(float(est.ttft_s)) if fits else "-",
             _time(est.tpot_s) if fits else "-",

@@ -79,16 +79,14 @@ def check_serve_fields(req: Any) -> None:
 
 
 def check_hf_id(text: str) -> None:
-    """--hf-id: a Hugging Face id (ORG/NAME) or a checkpoint folder that exists (review 37: 'a/b/c'
-    and a missing folder went into the printed `vllm serve` line unchecked)."""
+    """--hf-id: a Hugging Face id (ORG/NAME) or a checkpoint folder path (review 37: 'a/b/c' went into
+    the printed `vllm serve` line unchecked; a folder is not required to exist here: the line runs on
+    the serving host, review 39)."""
     import re
     from pathlib import Path
 
-    folder = text.startswith((".", "/", "~")) or Path(text).expanduser().is_dir()
-    if folder:
-        if not Path(text).expanduser().is_dir():
-            raise SpecError(f"--hf-id {text}: no such folder; give a checkpoint folder that exists, or ORG/NAME")
-        return
+    if text.startswith((".", "/", "~")) or Path(text).expanduser().is_dir():
+        return  # a checkpoint folder: on the serving host, which need not be this machine (review 39)
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", text):
         example = "meta-llama/Llama-3.1-8B"
         raise SpecError(f"--hf-id {text}: not a Hugging Face id; give ORG/NAME (e.g. {example}) or a folder")
@@ -129,9 +127,16 @@ def check_load_flags(req: Any, budget: int, mix: Any) -> dict[str, Any] | None:
         given = ["--" + k.replace("_", "-") for k in names if getattr(req, k) != default[k]]
         if given:
             one = len(given) == 1
+            from shardwise.engines.engine_presets import engine
+
+            static_only = not engine(req.framework).continuous_batching  # FasterTransformer, PyTorch
+            fix = (
+                f"{req.framework} runs static batches only: drop {' and '.join(given)}"
+                if static_only
+                else f"drop --batching static, or drop {' and '.join(given)}"
+            )
             raise SpecError(
-                f"{', '.join(given)} shape{'s' * one} the in-flight simulation; a static batch "
-                f"has none: drop --batching static, or drop {' and '.join(given)}"
+                f"{', '.join(given)} shape{'s' * one} the in-flight simulation; a static batch has none: {fix}"
             )
     return traffic
 

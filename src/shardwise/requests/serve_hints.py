@@ -8,20 +8,28 @@ from typing import Any
 from shardwise.errors import SpecError
 from shardwise.requests.serve_plans import scenario
 
+# weight formats by width, widest first: a fit hint tries the narrower classes, in this order within one
+WEIGHT_CLASSES = (("bf16", "fp16"), ("fp8", "int8", "q8_0"), ("int4", "q4_k", "q4_0", "nvfp4", "mxfp4"))
+
 
 def fit_hint(s: Any, est: Any) -> str:
     """What would make a plan that does not fit fit: narrower weights or KV cache, or more TP or PP
     on the same GPUs (the first few that do, cheapest change first)."""
     from dataclasses import replace
 
+    from shardwise.engines.engine_formats import weight_formats_on
     from shardwise.engines.serving import estimate_serving
     from shardwise.loaders import parse_plan_spec
 
     wl, plan = est.workload, est.scenario.plan
     tp, pp = int(plan.tp), int(plan.pp)
     tries: list[tuple[str, Any, Any]] = []
-    for w in ("fp8", "int4"):
-        if wl.weight_precision in ("bf16", "fp16") or (w == "int4" and wl.weight_precision != "int4"):
+    # narrower weights the engine runs on this GPU (review 39: llama.cpp was told fp8, which it refuses):
+    # of each narrower class, the first format `engines.engine_formats` allows
+    runs = weight_formats_on(wl.engine, s.cluster.gpu)
+    now = next((i for i, group in enumerate(WEIGHT_CLASSES) if wl.weight_precision in group), 0)
+    for group in WEIGHT_CLASSES[now + 1 :]:
+        if w := next((f for f in group if f in runs), None):
             tries.append((f"--weight-precision {w}", f"tp={tp},pp={pp}", replace(wl, weight_precision=w)))
     if wl.kv_precision in ("bf16", "fp16"):
         tries.append(("--kv-precision fp8", f"tp={tp},pp={pp}", replace(wl, kv_precision="fp8")))
