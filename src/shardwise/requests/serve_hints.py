@@ -8,8 +8,16 @@ from typing import Any
 from shardwise.errors import SpecError
 from shardwise.requests.serve_plans import scenario
 
-# weight formats by width, widest first: a fit hint tries the narrower classes, in this order within one
-WEIGHT_CLASSES = (("bf16", "fp16"), ("fp8", "int8", "q8_0"), ("int4", "q4_k", "q4_0", "nvfp4", "mxfp4"))
+# narrower weight formats a fit hint may suggest, in the order it tries them within one width
+NARROWER = ("fp8", "int8", "q8_0", "int4", "q4_k", "q4_0", "nvfp4", "mxfp4")
+
+
+def _width(precision: str) -> float:
+    """A weight format's class: 2, 1 or 0.5 bytes an element (`specs.serving.STORAGE_BYTES`, scales
+    rounded away: q8_0's 34 bytes per 32 is an 8-bit format)."""
+    from shardwise.specs.serving import STORAGE_BYTES
+
+    return round(2.0 * STORAGE_BYTES[precision]) / 2.0
 
 
 def fit_hint(s: Any, est: Any) -> str:
@@ -25,12 +33,11 @@ def fit_hint(s: Any, est: Any) -> str:
     tp, pp = int(plan.tp), int(plan.pp)
     tries: list[tuple[str, Any, Any]] = []
     # narrower weights the engine runs on this GPU (review 39: llama.cpp was told fp8, which it refuses):
-    # of each narrower class, the first format `engines.engine_formats` allows
-    runs = weight_formats_on(wl.engine, s.cluster.gpu)
-    now = next((i for i, group in enumerate(WEIGHT_CLASSES) if wl.weight_precision in group), 0)
-    for group in WEIGHT_CLASSES[now + 1 :]:
-        if w := next((f for f in group if f in runs), None):
-            tries.append((f"--weight-precision {w}", f"tp={tp},pp={pp}", replace(wl, weight_precision=w)))
+    # of each narrower width, the first format `engines.engine_formats` allows
+    runs = [f for f in NARROWER if f in weight_formats_on(wl.engine, s.cluster.gpu)]
+    for width in sorted({_width(f) for f in runs if _width(f) < _width(wl.weight_precision)}, reverse=True):
+        w = next(f for f in runs if _width(f) == width)
+        tries.append((f"--weight-precision {w}", f"tp={tp},pp={pp}", replace(wl, weight_precision=w)))
     if wl.kv_precision in ("bf16", "fp16"):
         tries.append(("--kv-precision fp8", f"tp={tp},pp={pp}", replace(wl, kv_precision="fp8")))
     tries += [
