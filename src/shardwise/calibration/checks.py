@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.calibration.parameters import BY_NAME, apply
+from shardwise.calibration.spreads import Z80
 
 # A fitted value within this many of its parameter's prior sds of a limit (in the fitted scale, u:
 # the log of a scale, the seconds of an overhead, the exponent itself) is "at" it: it predicts what
@@ -53,6 +54,23 @@ def at_limit(fit: Any) -> dict[str, str]:
             out[name] = "lower"
         elif u >= p.high - margin:
             out[name] = "upper"
+    return out
+
+
+def interval_at_limit(fit: Any) -> dict[str, str]:
+    """The fitted parameters whose 80% interval reaches a limit of their range (the runs bound them
+    on that side no better than the range does): name -> "lower", "upper" or "both"; a value at
+    its limit (`at_limit`) is said there, not here."""
+    out = {}
+    values = at_limit(fit)
+    for name in fit.fitted:
+        if name in values:
+            continue
+        p = BY_NAME[name]
+        u, reach = p.u(fit.values[name]), Z80 * fit.u_sd(name)  # as `Fit.interval80`, before its clip
+        low, high = u - reach <= p.low, u + reach >= p.high
+        if low or high:
+            out[name] = "both" if low and high else "lower" if low else "upper"
     return out
 
 

@@ -43,8 +43,13 @@ from typing import Any
 import numpy as np
 
 from shardwise.calibration.parameters import BY_NAME, NEUTRAL, PARAMETERS, apply
+from shardwise.errors import SpecError
 
 GRID = 25
+# A run the model misses by more than this factor is far: what would explain it is said, and it is
+# refused only when no parameter within its physical range does (a unit slip: ms for s, per-GPU
+# for total, or a run the model cannot express). `shardwise calibrate` and `fit.fit` alike.
+MAX_MISS = 3.0
 FAR_LOG = math.log(1.08)  # a run the ordinary fit misses by more than 8%: choose parameters by need
 MIN_GAIN = 2.0  # -2 log evidence: a parameter must improve the fit at least this much to be added
 FEW_RUNS = 8  # up to this many runs, forward selection is always tried (module docstring)
@@ -94,6 +99,34 @@ def explain_run(case: Any, measured: float) -> RunExplanations:
             found.append(Explanation(p.name, value, abs(uu - p.prior_mean) / p.prior_sd, text))
     found.sort(key=lambda e: e.prior_sds)
     return RunExplanations(measured / predicted, tuple(found), tried)
+
+
+def far_runs(cases: list[Any], measured: Any, predicted: Any) -> list[int]:
+    """The runs the model misses by more than MAX_MISS either way (a `shardwise measure` layer stack,
+    which has no unit to slip, never)."""
+    from shardwise.calibration.cases import LayerStackCase
+
+    out = []
+    for i, (case, m, t) in enumerate(zip(cases, measured, predicted, strict=True)):
+        ratio = float(t) / float(m)
+        if isinstance(case, LayerStackCase) or (math.isfinite(ratio) and 1 / MAX_MISS <= ratio <= MAX_MISS):
+            continue
+        out.append(i)
+    return out
+
+
+def refuse_unexplained(cases: list[Any], measured: Any, predicted: Any, where: list[str] | None = None) -> list[str]:
+    """One line per far run (`far_runs`) saying what would explain it; a SpecError for the first far
+    run that no parameter within its physical range explains (`shardwise calibrate` refuses it too)."""
+    notes = []
+    for i in far_runs(cases, measured, predicted):
+        ex = explain_run(cases[i], float(measured[i]))
+        label = where[i] if where is not None else f"calibrate: run {i + 1}"
+        line = describe(label, getattr(cases[i], "metric", "step_time_s"), float(measured[i]), ex)
+        if not ex.found:
+            raise SpecError(f"{line}; check the unit (seconds, tokens/s per GPU) and the layout, or leave the run out")
+        notes.append(line)
+    return notes
 
 
 def quantity(case: Any, name: str, value: float) -> str:
@@ -166,16 +199,18 @@ def score(fitted: Any, wide: tuple[str, ...]) -> float:
     return total
 
 
-def explaining_fit(cases: list[Any], measured: np.ndarray, max_parameters: int | None = None) -> Any:
+def explaining_fit(
+    cases: list[Any], measured: np.ndarray, max_parameters: int | None = None, check: bool = True
+) -> Any:
     """The ordinary fit, or the fit of parameters chosen by need (forward selection, or the
     particles' explanation pruned by backward elimination) where its evidence is better (see the
-    module docstring)."""
+    module docstring); `check`: as `fit.fit`'s (the measurements checked once, by the first fit)."""
     from shardwise.calibration.cases import Evaluator
     from shardwise.calibration.fit import fit
     from shardwise.calibration.together import side_by_side
 
     ev = Evaluator(cases)
-    base = fit(cases, measured, max_parameters, ev=ev)
+    base = fit(cases, measured, max_parameters, ev=ev, check=check)
     # with few runs the table's order fits as many parameters as runs and explains any of them:
     # its misses cannot tell whether it took the parameters the runs need, so these are chosen by
     # need too and the fit with the better evidence kept
@@ -187,7 +222,12 @@ def explaining_fit(cases: list[Any], measured: np.ndarray, max_parameters: int |
         p.name for p in PARAMETERS if p.name in base.fitted or "sensitive" not in base.not_fitted.get(p.name, "")
     ]
     chosen: list[str] = []
-    best, best_score = None, math.inf
+    # forward selection starts from fitting nothing (the presets, the spread alone fitted): a
+    # parameter must beat that by MIN_GAIN too, or runs that scatter about the presets fit one
+    # that moves them by nothing (four runs +7/+3/-10/+5% took a pipeline-send scale, its interval
+    # over the whole range: review 40)
+    best = fit(cases, measured, only=(), ev=ev, check=False)
+    best_score = score(best, ())
     while len(chosen) < limit:  # each round's fits side by side (`calibration.together`)
         tried = [name for name in sensitive if name not in chosen]
         sets = [tuple(n for n in NEUTRAL if n in (*chosen, name)) for name in tried]
@@ -207,7 +247,7 @@ def explaining_fit(cases: list[Any], measured: np.ndarray, max_parameters: int |
     need, start = particle_need(cases, measured)
     names = tuple(sorted((n for n in sensitive if need[n] > MIN_GAIN), key=lambda n: -need[n])[:limit])
     names = tuple(n for n in NEUTRAL if n in names)
-    f = fit(cases, measured, only=names, wide=names, start=start, ev=ev) if names else None
+    f = fit(cases, measured, only=names, wide=names, start=start, ev=ev, check=False) if names else None
     s = score(f, names) if f is not None else math.inf
     while f is not None:
         if s < best_score:
@@ -223,7 +263,7 @@ def explaining_fit(cases: list[Any], measured: np.ndarray, max_parameters: int |
                 best, best_score = g, s_drop
             break
         names, f, s = rest, g, s_drop
-    if best is None or best_score >= score(base, ()):
+    if best_score >= score(base, ()):
         return base
     # a parameter no run is sensitive to says so, not that the evidence did without it
     insensitive = {n: why for n, why in base.not_fitted.items() if "sensitive" in why and n not in best.fitted}
@@ -234,7 +274,7 @@ def _fitter(cases: list[Any], measured: np.ndarray, names: tuple[str, ...], star
     """A job for `together.side_by_side`: the fit of `names` with their wide priors (and `start`)."""
     from shardwise.calibration.fit import fit
 
-    return lambda ev: fit(cases, measured, only=names, wide=names, start=start, ev=ev)
+    return lambda ev: fit(cases, measured, only=names, wide=names, start=start, ev=ev, check=False)
 
 
 def particle_need(cases: list[Any], measured: np.ndarray) -> tuple[dict[str, float], dict[str, float]]:

@@ -96,23 +96,29 @@ def fit(
     wide: tuple[str, ...] = (),
     start: dict[str, float] | None = None,
     ev: Any = None,
+    check: bool = True,
 ) -> Fit:
     """Fit the calibration parameters to runs (see the module docstring); the priors of `wide` are
     widened WIDEN x from the start (`calibration.explain` chooses them); `start`: parameter values
     the solver also starts from (a particle of the posterior, `calibration.explain`), the better
     scoring optimum kept; `ev`: the evaluator of `scenarios` to price them with (default: a new
-    `Evaluator`; `calibration.together` passes one that prices several fits at once)."""
+    `Evaluator`; `calibration.together` passes one that prices several fits at once); `check`: refuse
+    measurements `shardwise calibrate` refuses (`check_measurements`: not one per run, not positive
+    and finite, or so far from the model that no parameter within its physical range explains them:
+    a unit slip), off for callers that checked them already."""
     from scipy.optimize import least_squares
 
-    measured = np.asarray(measured_step_s, dtype=float)
-    if len(scenarios) != len(measured) or len(measured) == 0:
-        raise SpecError("calibrate: give at least one run with its measured step time")
+    measured = _measurements(scenarios, measured_step_s)
     ev = Evaluator(scenarios) if ev is None else ev
     target = np.log(measured)
     candidates = tuple(p.name for p in PARAMETERS if only is None or p.name in only)
     u0 = np.array([BY_NAME[n].prior_mean for n in candidates])
     logt0, grad0, far = _effects_at_prior(ev, candidates, u0)
     before = logt0 - target
+    if check:
+        from shardwise.calibration.explain import refuse_unexplained
+
+        refuse_unexplained(scenarios, measured, np.exp(logt0))
     not_fitted: dict[str, str] = {}
     limit = len(measured) if max_parameters is None else min(max_parameters, len(measured))
     chosen: list[str] = []
@@ -279,6 +285,31 @@ def _effects_at_prior(ev: Evaluator, names: tuple[str, ...], u0: np.ndarray) -> 
     grad = ((logt[1 : k + 1] - logt[0]) / steps[:, None]).T
     moved = np.max(np.abs(logt[k + 1 :] - logt[0][None, :]), axis=1) / WIDEN
     return logt[0], grad, moved
+
+
+def _measurements(scenarios: list[Case], measured_step_s: Any) -> np.ndarray:
+    """The measured values as an array, one per run, each positive and finite (else one SpecError)."""
+    try:
+        measured = np.asarray(measured_step_s, dtype=float).reshape(-1)
+    except (TypeError, ValueError):
+        raise SpecError(
+            f"calibrate: measured times {measured_step_s!r} are not numbers; give one time in seconds per run"
+        ) from None
+    if len(measured) == 0 or len(scenarios) == 0:
+        raise SpecError("calibrate: give at least one run with its measured step time")
+    if len(scenarios) != len(measured):
+        raise SpecError(
+            f"calibrate: {len(measured)} measured value(s) for {len(scenarios)} run(s); "
+            "give one per run, in the runs' order"
+        )
+    bad = np.flatnonzero(~np.isfinite(measured) | (measured <= 0))
+    if bad.size:
+        i = int(bad[0])
+        raise SpecError(
+            f"calibrate: run {i + 1}'s measured value {float(measured[i])!r} is not allowed; "
+            "give a positive, finite time in seconds (tokens/s per GPU for a serving run)"
+        )
+    return measured
 
 
 def _spread(errors: np.ndarray, k: int) -> float:

@@ -82,14 +82,14 @@ def document(
     using the file (`checks.limit_notes`, `checks.mixture_notes`), written as `checks:`. A fitted
     value at a limit of its range gets `limit: lower` or `upper`."""
     from shardwise import __version__
-    from shardwise.calibration.checks import at_limit
+    from shardwise.calibration.checks import at_limit, interval_at_limit
 
     sources = [Path(f) for f in (runs_file if isinstance(runs_file, list) else [runs_file])]
     digests = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sources if p.is_file()}
     stacks = [Path(f) for f in dict.fromkeys(framework_files or [])]
     stack_digests = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in stacks if p.is_file()}
     params: dict[str, Any] = {}
-    limits = at_limit(fitted)
+    limits, reaches = at_limit(fitted), interval_at_limit(fitted)
     for par in PARAMETERS:
         entry: dict[str, Any] = {"value": _round(fitted.values[par.name]), "fitted": par.name in fitted.fitted}
         if par.name in fitted.fitted:
@@ -99,6 +99,8 @@ def document(
                 entry["physical"] = physical[par.name]  # type: ignore[index]
             if par.name in limits:
                 entry["limit"] = limits[par.name]
+            elif par.name in reaches:
+                entry["interval_limit"] = reaches[par.name]  # its 80% interval reaches that limit
         else:
             entry["why"] = fitted.not_fitted.get(par.name, left_out)
         params[par.name] = entry
@@ -174,13 +176,58 @@ def _round(x: float) -> float:
 
 
 def save(doc: dict[str, Any], path: str | Path) -> None:
+    """Write a calibration file's content (`document`, or `CalibrateResult.document()`) to `path`;
+    from a `fit.fit` result and its runs, `save_fit` builds the content and writes it."""
     import yaml
 
     from shardwise.atomic import atomic_path
 
+    if isinstance(doc, Fit):
+        raise SpecError(
+            "store.save: takes a calibration's content (store.document); to write a fit, call "
+            "store.save_fit(fit, runs, measured_step_s, path)"
+        )
+
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         fh.write("# shardwise calibration: `shardwise predict --calibration FILE` (and plan, timeline, ...)\n")
         yaml.safe_dump(doc, fh, sort_keys=False, default_flow_style=None, width=100)
+
+
+def save_fit(
+    fitted: Fit, runs: list[Any], measured_step_s: Any, path: str | Path, run_ids: list[str] | None = None
+) -> dict[str, Any]:
+    """Write the file `--calibration` reads from a `fit.fit` result and the runs it was fitted on
+    (Scenarios or `calibration.cases` cases, in the order given to `fit`; `measured_step_s` the same
+    measurements): the content `shardwise calibrate -o FILE` writes, its checks and each fitted
+    scale's physical value included; no runs file is recorded (`runs.files` is empty). Returns the
+    content written."""
+    from shardwise.calibration.checks import limit_notes, misfit_notes, mixture_notes, physical
+
+    if not isinstance(fitted, Fit):
+        raise SpecError(
+            f"store.save_fit: fitted is a {type(fitted).__name__}, not the Fit that calibration.fit.fit returns"
+        )
+    scenarios = [getattr(r, "scenario", r) for r in runs]
+    measured = np.asarray(measured_step_s, dtype=float).reshape(-1)
+    if not (len(scenarios) == len(measured) == len(fitted.before_log_error)):
+        raise SpecError(
+            f"store.save_fit: {len(scenarios)} run(s) and {len(measured)} measurement(s) for a fit of "
+            f"{len(fitted.before_log_error)} run(s); give the runs and measurements the fit was given"
+        )
+    ids = list(run_ids) if run_ids is not None else [f"run{i + 1}" for i in range(len(scenarios))]
+    doc = document(
+        fitted,
+        [],
+        ids,
+        [str(s.cluster.gpu.name) for s in scenarios],
+        measured,
+        [getattr(r, "metric", "step_time_s") for r in runs],
+        physical={n: physical(scenarios, n, fitted.values[n]) for n in fitted.fitted},
+        checks=limit_notes(fitted) + misfit_notes(fitted, ids) + mixture_notes(scenarios, fitted),
+    )
+    from_document(doc, str(path))  # never write a file that --calibration would refuse
+    save(doc, path)
+    return doc
 
 
 def load(path: str | Path) -> Calibration:

@@ -208,6 +208,8 @@ def calibrate(
         click.echo(export.dumps(answer.as_dict(output)))
         return
     _print(result, measured, steps, output, notes, answer.checks(), answer.why_not_fitted())
+    if answer.widened_note():
+        click.echo(f"note: {answer.widened_note()}", err=True)
     if replaced:
         click.echo(f"note: {output} was there already and is replaced; -o FILE writes elsewhere", err=True)
     if answer.serving_note():
@@ -228,8 +230,8 @@ def _print(
     import numpy as np
     from rich.table import Table
 
-    from shardwise.calibration.checks import at_limit, physical
-    from shardwise.calibration.parameters import BY_NAME, PARAMETERS
+    from shardwise.calibration.checks import at_limit, interval_at_limit, physical
+    from shardwise.calibration.parameters import PARAMETERS
     from shardwise.cli.render import console
     from shardwise.requests.calibrate import LEFT_BY_NEED
     from shardwise.units import format_seconds
@@ -242,7 +244,7 @@ def _print(
     table = Table(header_style="bold")
     for col in ("parameter", "value", "80% interval", ""):
         table.add_column(col, justify="left" if col in ("parameter", "") else "right")
-    limits = at_limit(result)
+    limits, reaches = at_limit(result), interval_at_limit(result)
     for p in PARAMETERS:
         value = result.values[p.name]
         if p.name in result.fitted:
@@ -255,6 +257,9 @@ def _print(
                 shown = (f"{value:.3f}", f"{lo:.3f}-{hi:.3f}")
             absolute = physical([r.scenario for r in measured], p.name, value)
             limit = f"[bold]at its {limits[p.name]} limit[/]" if p.name in limits else ""
+            if p.name in reaches:
+                side = {"both": "both limits"}.get(reaches[p.name], f"its {reaches[p.name]} limit")
+                limit = f"[bold]interval reaches {side}: the runs hardly bound it[/]"
             table.add_row(p.name, *shown, ": ".join(x for x in (p.description, absolute, limit) if x))
         else:
             table.add_row(
@@ -264,16 +269,13 @@ def _print(
                 f"[dim]{BY_NEED_CELL if why.get(p.name) == LEFT_BY_NEED else why.get(p.name, '')}[/]",
             )
     out.print(table)
+    if not k:
+        out.print(
+            "nothing fitted: no parameter explains the runs better than the presets do (they scatter about the "
+            "prediction): with this file, predictions and their intervals stay the uncalibrated ones"
+        )
     if LEFT_BY_NEED in why.values():
         out.print(f"{BY_NEED_CELL}: {LEFT_BY_NEED.split(': ', 1)[1]} (Laplace approximation; docs/calibration.md)")
-    if result.widened:
-        from shardwise.calibration.fit import CONFLICT_Z
-
-        widen = ", ".join(sorted({f"{BY_NAME[n].widen:g}" for n in result.widened}))
-        out.print(
-            f"note: the runs pull {', '.join(result.widened)} more than {CONFLICT_Z:g} prior sd from the presets' "
-            f"value (a stack unlike the public ones): its prior was widened {widen} x, which explains them better"
-        )
     runs = Table(title="each run: measured and predicted", title_justify="left", header_style="bold")
     for col in ("run", "measured", "before", "error", "calibrated", "error"):
         runs.add_column(col, justify="left" if col == "run" else "right")

@@ -10,24 +10,22 @@ file is written by the caller (`CalibrateResult.document`, then `calibration.sto
 
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass
 from typing import Any
 
 from shardwise.errors import SpecError
 
-# A run the model misses by more than this factor is far: what would explain it is said, and it is
-# refused only when no parameter within its physical range does (a unit slip: ms for s, per-GPU
-# for total, or a run the model cannot express).
-MAX_MISS = 3.0
 LEFT_BY_NEED = "chosen by need: the evidence of the runs is better without it"
 
 
 @dataclass(frozen=True)
 class CalibrateRequest:
-    """`runs`: CSV files of runs and trainer logs (one run per log); `given`: for logs, the run
-    columns a log does not state ((key, value) pairs, e.g. ("system", "dgx-h100")); `params`: fit
-    only these parameters; `max_params`: at most this many."""
+    """`runs`: CSV files of runs and trainer logs (one run per log; one path alone is one file);
+    `given`: for logs, the run columns a log does not state ((key, value) pairs or a dict, e.g.
+    ("system", "dgx-h100")); `params`: fit only these parameters (names, or "a,b" as --params takes
+    them); `max_params`: at most this many."""
 
     runs: tuple[str, ...] = ()
     given: tuple[tuple[str, str], ...] = ()
@@ -35,13 +33,17 @@ class CalibrateRequest:
     max_params: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "runs", tuple(str(r) for r in self.runs))
+        # one file given as a string (or a path) is one file, not its characters
+        runs = (self.runs,) if isinstance(self.runs, (str, os.PathLike)) else self.runs
+        object.__setattr__(self, "runs", tuple(str(r) for r in runs))
         given = self.given.items() if isinstance(self.given, dict) else self.given
         object.__setattr__(self, "given", tuple((str(k).strip().lower().replace("-", "_"), str(v)) for k, v in given))
         if self.params is not None:
             from shardwise.calibration.parameters import BY_NAME
 
-            names = tuple(self.params)
+            # "a,b" as --params takes it
+            params = self.params.split(",") if isinstance(self.params, str) else self.params
+            names = tuple(str(n).strip() for n in params)
             bad = [n for n in names if n not in BY_NAME]
             if bad or not names:
                 raise SpecError(
@@ -94,9 +96,9 @@ class CalibrateRequest:
         if self.params is None:
             from shardwise.calibration.explain import explaining_fit
 
-            result = explaining_fit([r.case for r in measured], values, self.max_params)
+            result = explaining_fit([r.case for r in measured], values, self.max_params, check=False)
         else:
-            result = fitting.fit([r.case for r in measured], values, self.max_params, self.params)
+            result = fitting.fit([r.case for r in measured], values, self.max_params, self.params, check=False)
         return CalibrateResult(self, measured, values, tuple(notes), result)
 
 
@@ -169,16 +171,33 @@ class CalibrateResult:
             "measure a fixed batch, and compare with --batching static"
         )
 
+    def widened_note(self) -> str | None:
+        """Where the runs pulled a parameter far from its prior: which, and how much its prior was
+        widened (`fit.Fit.widened`); None where none was."""
+        fit = self.fit
+        if not fit.widened:
+            return None
+        from shardwise.calibration.fit import CONFLICT_Z
+        from shardwise.calibration.parameters import BY_NAME
+
+        widen = ", ".join(sorted({f"{BY_NAME[n].widen:g}" for n in fit.widened}))
+        return (
+            f"the runs pull {', '.join(fit.widened)} more than {CONFLICT_Z:g} prior sd from the presets' "
+            f"value (a stack unlike the public ones): its prior was widened {widen} x, which explains them better"
+        )
+
     def as_dict(self, output: str) -> dict[str, Any]:
         """The JSON `calibrate --json` prints: the file's contents, where it went, the far runs, how
-        serving runs were priced (`serving_note`, null without them), what model files without `family`
-        were given (`notes`)."""
+        serving runs were priced (`serving_note`, null without them), the parameters whose prior was
+        widened (`widened`), and the notes (model files without `family`, the widened priors)."""
+        widened = self.widened_note()
         return {
             **self.document(),
             "output": output,
             "explained": list(self.notes),
             "serving": self.serving_note(),
-            "notes": model_notes(self.measured),
+            "widened": list(self.fit.widened),
+            "notes": model_notes(self.measured) + ([widened] if widened else []),
         }
 
 
@@ -190,22 +209,9 @@ def model_notes(runs: list[Any]) -> list[str]:
 def explain_far(measured: list[Any], values: Any) -> list[str]:
     """One line per far run saying what would have to be true to explain it (`calibration.explain`);
     a SpecError naming what was tried for a run nothing explains."""
-    import numpy as np
+    from shardwise.calibration.cases import Evaluator
+    from shardwise.calibration.explain import refuse_unexplained
 
-    from shardwise.calibration.cases import Evaluator, LayerStackCase
-    from shardwise.calibration.explain import describe, explain_run
-
-    predicted = Evaluator([r.case for r in measured]).step_s({})[0]
-    notes = []
-    for r, m, t in zip(measured, values, predicted, strict=True):
-        if isinstance(r.case, LayerStackCase):  # written by `shardwise measure`: no unit to slip
-            continue
-        ratio = float(t / m)
-        if np.isfinite(ratio) and 1 / MAX_MISS <= ratio <= MAX_MISS:
-            continue
-        ex = explain_run(r.case, float(m))
-        line = describe(r.where, r.metric, float(m), ex)
-        if not ex.found:
-            raise SpecError(f"{line}; check the unit (seconds, tokens/s per GPU) and the layout, or leave the run out")
-        notes.append(line)
-    return notes
+    cases = [r.case for r in measured]
+    predicted = Evaluator(cases).step_s({})[0]
+    return refuse_unexplained(cases, values, predicted, [r.where for r in measured])
