@@ -50,18 +50,20 @@ TREE_CONNECTIONS = 2.0
 # NCCL says so (`StackMemory.nvls_head_bytes`).
 NVLS_HEAD_BYTES = NVLS_CHANNELS * 2 * NVLS_BUFFER_BYTES
 # Point-to-point (send/recv) connections: NCCL connects them on a pair's first send or receive
-# (src/enqueue.cc ncclSaveP2p: `p2pnChannelsPerPeer` channels marked for preconnect), on the
+# (2.18.1 src/enqueue.cc taskAppend: `p2pnChannelsPerPeer` channels marked for preconnect), on the
 # connector index collectives do not use (send[1]/recv[1]), each with the receive buffers of a
 # collective's connection (src/transport/p2p.cc p2pRecvSetup: LL, LL128 and Simple; under P2P read,
 # Ampere's default, the Simple buffer sits on the sender: the same per rank where each sends to and
 # receives from the other, as a 1F1B pipeline's neighbours do). Channels per peer
-# (src/graph/paths.cc ncclTopoComputeP2pChannels, 2.18.1 to 2.29): the next power of two of the
+# (src/graph/paths.cc ncclTopoComputeP2pChannels, 2.18.1): the next power of two of the
 # smallest of the communicator's channels (`NCCL_CHANNELS`) and, for every rank of the
 # communicator, 2 x the NVLinks to it (18 on H100 SXM: 36) or 2 over PCIe or a network
 # (NCCL_NCHANNELS_PER_NET_PEER): 32 a peer where every rank is over NVLink in one server
-# (nextPow2(24)), 2 once one rank is in another server. NCCL logs: "16 coll channels, ... 16 p2p
-# channels per peer" on 8 H800 (8 NVLinks; NVIDIA/nccl#892), "8 coll channels, ... 2 p2p channels
-# per peer" on two servers (NVIDIA/nccl#1189).
+# (nextPow2(24); 2.30 takes nextPow2(36) = 64 and caps it at its 32 p2p channels), 2 once one rank
+# is in another server (2.18's NCCL_NCHANNELS_PER_NET_PEER; later versions one a NIC or more by its
+# rate, and the network transport keeps part of its buffers on the host). NCCL logs: "16 coll
+# channels, ... 16 p2p channels per peer" on 8 H800 (8 NVLinks; NVIDIA/nccl#892), "8 coll channels,
+# ... 2 p2p channels per peer" on two servers (NVIDIA/nccl#1189).
 P2P_CHANNELS_NVLINK_PEER = 32
 P2P_CHANNELS_OTHER_PEER = 2
 NVLS_HEAD_BYTES_NCCL_2_18 = NVLS_CHANNELS * 2 * (4 * MIB + 2 * MIB)
