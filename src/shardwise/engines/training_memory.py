@@ -22,7 +22,12 @@ from shardwise.engines.training_buffers import (  # the step's buffers, split ou
 from shardwise.engines.training_states import stage_states  # the stages' model state, split out
 from shardwise.physics import fp8_recipes, offload
 from shardwise.physics import memory as mem
-from shardwise.physics.memory_runtime import NVLS_HEAD_BYTES, runtime_reserved_bytes, stack_group_bytes
+from shardwise.physics.memory_runtime import (
+    NVLS_HEAD_BYTES,
+    pipeline_p2p_bytes,
+    runtime_reserved_bytes,
+    stack_group_bytes,
+)
 from shardwise.physics.moe import capacity_load, dropping_factor, routed_tokens
 from shardwise.physics.remat_partition import kept_fraction
 from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
@@ -84,7 +89,8 @@ def memory_terms(
 
 def runtime_reserve_bytes(scn: Scenario, stack: mem.StackMemory | None = None) -> Number:
     """The `reserved` row: the CUDA context, the libraries' workspaces and NCCL's buffers for the
-    plan's communicators and the stack's own (`StackMemory.extra_groups`), at the NVLS head size of
+    plan's communicators, the pipeline's send/recv connections (`pipeline_p2p_bytes`) and the
+    stack's own communicators (`StackMemory.extra_groups`), at the NVLS head size of
     the stack's NCCL (`StackMemory.nvls_head_bytes`), its tree connected at init where that NCCL does
     (`StackMemory.nccl_tree_at_init`)."""
     plan, cluster = scn.plan, scn.cluster
@@ -95,8 +101,18 @@ def runtime_reserve_bytes(scn: Scenario, stack: mem.StackMemory | None = None) -
     reserved = runtime_reserved_bytes(
         plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, cluster.gpus_per_node, nvls, head, tree
     )
-    return reserved + stack_group_bytes(
-        stack.extra_groups, plan.tp, plan.cp, plan.dp, plan.pp, cluster.gpus_per_node, nvls, head, tree, tied
+    # the pipeline's send/recv connections, made on the first transfer (in the pair's own
+    # communicator where the stack makes one: "p2p" in its groups)
+    nvlink = as_array(cluster.intra_node_link.ll_bandwidth_bytes_per_s) > 0
+    p2p = pipeline_p2p_bytes(
+        plan.tp, plan.cp, plan.dp, plan.pp, plan.vpp, cluster.gpus_per_node, nvlink, "p2p" in stack.extra_groups
+    )
+    return (
+        reserved
+        + p2p
+        + stack_group_bytes(
+            stack.extra_groups, plan.tp, plan.cp, plan.dp, plan.pp, cluster.gpus_per_node, nvls, head, tree, tied
+        )
     )
 
 

@@ -49,6 +49,23 @@ TREE_CONNECTIONS = 2.0
 # sgl-project/sglang#631 turned NVLS off to get that memory back. A stack whose runs used such a
 # NCCL says so (`StackMemory.nvls_head_bytes`).
 NVLS_HEAD_BYTES = NVLS_CHANNELS * 2 * NVLS_BUFFER_BYTES
+# Point-to-point (send/recv) connections: NCCL connects them on a pair's first send or receive
+# (2.18.1 src/enqueue.cc taskAppend: `p2pnChannelsPerPeer` channels marked for preconnect), on the
+# connector index collectives do not use (send[1]/recv[1]), each with the receive buffers of a
+# collective's connection (src/transport/p2p.cc p2pRecvSetup: LL, LL128 and Simple; under P2P read,
+# Ampere's default, the Simple buffer sits on the sender: the same per rank where each sends to and
+# receives from the other, as a 1F1B pipeline's neighbours do). Channels per peer
+# (src/graph/paths.cc ncclTopoComputeP2pChannels, 2.18.1): the next power of two of the
+# smallest of the communicator's channels (`NCCL_CHANNELS`) and, for every rank of the
+# communicator, 2 x the NVLinks to it (18 on H100 SXM: 36) or 2 over PCIe or a network
+# (NCCL_NCHANNELS_PER_NET_PEER): 32 a peer where every rank is over NVLink in one server
+# (nextPow2(24); 2.30 takes nextPow2(36) = 64 and caps it at its 32 p2p channels), 2 once one rank
+# is in another server (2.18's NCCL_NCHANNELS_PER_NET_PEER; later versions one a NIC or more by its
+# rate, and the network transport keeps part of its buffers on the host). NCCL logs: "16 coll
+# channels, ... 16 p2p channels per peer" on 8 H800 (8 NVLinks; NVIDIA/nccl#892), "8 coll channels,
+# ... 2 p2p channels per peer" on two servers (NVIDIA/nccl#1189).
+P2P_CHANNELS_NVLINK_PEER = 32
+P2P_CHANNELS_OTHER_PEER = 2
 NVLS_HEAD_BYTES_NCCL_2_18 = NVLS_CHANNELS * 2 * (4 * MIB + 2 * MIB)
 
 
@@ -161,6 +178,35 @@ def stack_group_bytes(
         out = out + np.where(same, 0.0, communicator_bytes(node, node, nvls, head_bytes, tree))
     pairs = float("p2p" in groups) + float(tied and "tied_ends" in groups)
     return out + np.where(pp > 1, pairs * NCCL_CHANNELS * NCCL_CONNECTION_BYTES, 0.0)  # two ranks: a ring, no NVLS
+
+
+def pipeline_p2p_bytes(
+    tp: Number,
+    cp: Number,
+    dp: Number,
+    pp: Number,
+    vpp: Number,
+    gpus_per_node: Number,
+    nvlink: Number,
+    pair_communicators: bool = False,
+) -> Number:
+    """NCCL's send/recv connections of one pipeline stage (`P2P_CHANNELS_NVLINK_PEER`), with pp > 1:
+    per peer it receives from, its channels x `NCCL_CONNECTION_BYTES`. Peers: one for a first or
+    last stage (the fullest), two under the interleaved schedule with pp > 2 (the first stage's
+    model chunks also receive from the last stage). Ranks are placed tp, cp, dp, then pp, so a
+    stage's neighbour is tp x cp x dp ranks away. `pair_communicators`: the stack sends and receives
+    outside a batch, so PyTorch gives each pair its own two-rank communicator (ProcessGroupNCCL
+    `pointToPoint`; nanotron's `p2p.py`), whose channels are NVLink's where the neighbour is in the
+    same server; otherwise the sends run in the pipeline communicator (torch's
+    `batch_isend_irecv` on the pp group: Megatron-LM, torchtitan), NVLink's only where all its
+    ranks share a server. `nvlink`: the server's GPUs are joined by NVLink (else PCIe: 2 channels)."""
+    tp, cp, dp, pp, vpp = (np.asarray(x, dtype=float) for x in (tp, cp, dp, pp, vpp))
+    world = tp * cp * dp * pp
+    local = local_ranks(pp, world, gpus_per_node)  # the pipeline group's ranks in one server
+    same_server = (local >= 2) if pair_communicators else (local >= pp)
+    channels = np.where(np.asarray(nvlink, dtype=bool) & same_server, P2P_CHANNELS_NVLINK_PEER, P2P_CHANNELS_OTHER_PEER)
+    peers = np.where((vpp > 1) & (pp > 2), 2.0, 1.0)
+    return np.where(pp > 1, peers * channels * NCCL_CONNECTION_BYTES, 0.0)
 
 
 @kept
