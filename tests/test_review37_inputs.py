@@ -1,0 +1,83 @@
+"""Review 37's input leftovers: a .json of shardwise's own model fields, runs and lengths from
+stdin or from Excel's other CSVs, and a fitted HBM bandwidth above the datasheet. Each is read as
+meant or refused in one line (exit 2, no traceback, nothing written)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+OWN = {"layers": 4, "hidden": 512, "heads": 8, "vocab": 32000, "seq_len": 2048, "family": "llama"}
+YAML = "layers: 4\nhidden: 512\nheads: 8\nvocab: 32000\nseq_len: 2048\nfamily: llama\n"
+PREDICT = ["predict", "--system", "dgx-h100", "--tp", "1", "--global-batch", "8", "--micro-batch", "1"]
+
+
+def _one_error(code: int, err: str) -> str:
+    lines = [x for x in err.strip().splitlines() if not x.startswith("note:")]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize("form", ["flat", "entry"])
+def test_a_json_of_shardwise_fields_is_read_as_the_yaml_file(cli, tmp_path, form):
+    """A .json stating layers/hidden/heads (not a Hugging Face config) was read as a config and
+    refused ('no layers, hidden, heads, vocab found'); it predicts what the same YAML file does."""
+    (tmp_path / "m.yaml").write_text(YAML)
+    (tmp_path / "m.json").write_text(json.dumps(OWN if form == "flat" else {"m": OWN}))
+    code, yaml_out, err = cli([*PREDICT, "--model", str(tmp_path / "m.yaml")])
+    assert code == 0, err
+    code, json_out, err = cli([*PREDICT, "--model", str(tmp_path / "m.json")])
+    assert code == 0, err
+    assert json_out == yaml_out
+
+
+def test_a_json_of_shardwise_fields_gets_the_family_note_and_its_hf_id(cli, tmp_path):
+    from shardwise import presets
+
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({**{k: v for k, v in OWN.items() if k != "family"}, "hf_id": "me/m"}))
+    assert not presets.is_hf_config(str(path))
+    assert presets.model_hf_id(str(path)) == "me/m"
+    assert "names no family" in (presets.model_family_note(str(path)) or "")
+    code, out, err = cli(["presets", "show", str(path)])
+    assert code == 0 and "layers: 4" in out and "the default: no family given" in out, err
+
+
+def test_a_hugging_face_config_is_still_a_config(tmp_path):
+    """A config naming one of shardwise's names beside its own keys stays a config (its keys win)."""
+    from shardwise import hf_config, presets
+
+    cfg = {"model_type": "llama", "num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8}
+    cfg |= {"vocab_size": 32000, "layers": 99}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert hf_config.states_own_fields({"layers": 4}) and not hf_config.states_own_fields(cfg)
+    assert presets.is_hf_config(str(path))
+    assert presets.model(str(path)).layers == 4
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"foo": 1}', "a .json model is a Hugging Face config.json or shardwise's own model fields"),
+        ('{"layers": 4, "hidden": 512, "heads": 8, "vocab": 32000}', "missing field(s) seq_len"),
+        ('{"layers": 4, "layers": 5}', "key 'layers' appears twice"),
+    ],
+)
+def test_a_json_model_of_neither_form_is_one_line(cli, tmp_path, text, expected):
+    path = tmp_path / "m.json"
+    path.write_text(text)
+    line = _one_error(*cli([*PREDICT, "--model", str(path)])[::2])
+    assert expected in line and "m.json" in line, line
+
+
+def test_presets_show_reads_a_json_of_a_gpus_fields(cli, tmp_path):
+    """`presets show g.json` read every .json as a Hugging Face config; a GPU's fields are a GPU."""
+    code, out, err = cli(["presets", "show", "h100-sxm5-80gb", "--json"])
+    assert code == 0, err
+    gpu = {**json.loads(out)["gpus"], "name": "my-h100"}
+    (tmp_path / "g.json").write_text(json.dumps(gpu))
+    code, out, err = cli(["presets", "show", str(tmp_path / "g.json")])
+    assert code == 0 and out.startswith("g.json (gpu)") and "name: my-h100" in out, err
