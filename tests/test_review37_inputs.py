@@ -81,3 +81,41 @@ def test_presets_show_reads_a_json_of_a_gpus_fields(cli, tmp_path):
     (tmp_path / "g.json").write_text(json.dumps(gpu))
     code, out, err = cli(["presets", "show", str(tmp_path / "g.json")])
     assert code == 0 and out.startswith("g.json (gpu)") and "name: my-h100" in out, err
+
+
+STDIN_COMMANDS = [
+    ["calibrate", "-"],
+    ["validate", "--runs", "-"],
+    ["validate", "--runs", "r.csv", "--calibration", "-"],
+    ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--plan", "tp=1", "--lengths", "-"],
+    [*PREDICT, "--model", "-"],
+    ["predict", "--model", "llama3-8b", "--system", "-", "--tp", "1", "--global-batch", "8"],
+    [*PREDICT, "--model", "llama3-8b", "--gpu", "-"],
+    [*PREDICT, "--model", "llama3-8b", "--intra-link", "-"],
+    [*PREDICT, "--model", "llama3-8b", "--calibration", "-"],
+    [*PREDICT, "--model", "llama3-8b", "--framework", "-"],
+]
+
+
+@pytest.mark.parametrize("command", STDIN_COMMANDS, ids=lambda c: c[c.index("-") - 1])
+def test_no_input_is_read_from_stdin_and_each_says_so_alike(cli, tmp_path, monkeypatch, command):
+    """`calibrate -` was 'cannot read (No such file or directory)', `--lengths -` 'not allowed',
+    `--model -` 'unknown model': no command reads standard input, and each input says so alike."""
+    monkeypatch.chdir(tmp_path)
+    flag = command[command.index("-") - 1]
+    line = _one_error(*cli(command)[::2])
+    assert line == f"error: {flag} -: standard input is not read; give a file's name (a file named '-': ./-)"
+    assert list(tmp_path.iterdir()) == []  # calibrate's default -o calibration.yaml not written
+
+
+def test_a_file_named_dash_is_read_by_its_path(cli, tmp_path, monkeypatch):
+    from shardwise.errors import SpecError
+    from shardwise.requests.calibrate import CalibrateRequest
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-").write_text(YAML)
+    code, out, err = cli([*PREDICT, "--model", "./-"])
+    assert code == 0 and out.startswith("- (") and "4 layers" in out, err
+    (tmp_path / "-").unlink()
+    with pytest.raises(SpecError, match=r"^-: standard input is not read"):  # the Python API's `-` too
+        CalibrateRequest(("-",), (), None, None).run()

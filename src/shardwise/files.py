@@ -71,12 +71,25 @@ def is_dir(name: str | Path) -> bool:
         return False
 
 
+# `-` names standard input to many tools; shardwise reads every input from a file by name (on `-o`
+# alone `-` means standard output: cli.output.STDOUT), so an input named `-` is refused in one line
+STDIN_REFUSED = "standard input is not read; give a file's name (a file named '-': ./-)"
+
+
+def refuse_stdin(name: object, flag: str) -> None:
+    """Refuse `-` as the input file of `flag` (see STDIN_REFUSED), as the user typed it: `./-` is a file."""
+    if isinstance(name, str) and name.strip() == "-":
+        raise SpecError(f"{flag} -: {STDIN_REFUSED}")
+
+
 def read_small(path: str | Path, max_bytes: int, what: str) -> bytes:
     """The bytes of the regular file `path`, refusing anything larger than `max_bytes`."""
     p = Path(path)
     try:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except (OSError, ValueError) as exc:
+        if isinstance(exc, FileNotFoundError) and str(p) == "-":  # a Python caller's `-`
+            raise SpecError(f"-: {STDIN_REFUSED}") from None
         reason = exc.strerror if isinstance(exc, OSError) else str(exc)
         raise SpecError(f"{p}: cannot read ({reason})") from None
     try:

@@ -19,6 +19,9 @@ COLUMNS_TEXT = "the columns: input_len, output_len, and count, weight or request
 
 def request_mix(lengths: str) -> Any:
     """The `RequestMix` that --lengths names (None: fixed, the --input-len/--output-len of every request)."""
+    from shardwise.files import refuse_stdin
+
+    refuse_stdin(lengths, "--lengths")
     name = lengths.strip()
     if name.lower() == "fixed":
         return None
