@@ -119,3 +119,67 @@ def test_a_file_named_dash_is_read_by_its_path(cli, tmp_path, monkeypatch):
     (tmp_path / "-").unlink()
     with pytest.raises(SpecError, match=r"^-: standard input is not read"):  # the Python API's `-` too
         CalibrateRequest(("-",), (), None, None).run()
+
+
+SERVE = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--plan", "tp=1", "--requests", "50", "--json"]
+LENGTHS = "input_len,output_len,count\n100,50,3\n400,120,1\n"
+
+
+def _workload(cli, path) -> tuple[float, float]:
+    code, out, err = cli([*SERVE, "--lengths", str(path)])
+    assert code == 0, err
+    workload = json.loads(out)["workload"]
+    return workload["mean_input_len"], workload["mean_output_len"]
+
+
+@pytest.mark.parametrize(
+    "encode",
+    [
+        lambda t: t.replace(",", ";").encode(),  # Excel's CSV where the decimal mark is a comma
+        lambda t: t.replace(",", "\t").encode("utf-16"),  # Excel's "Unicode Text": UTF-16 LE, its mark, tabs
+        lambda t: t.encode("utf-16-be"),  # big-endian, no mark: refused below; with its mark here
+        lambda t: t.encode("utf-8-sig"),  # Excel's "CSV UTF-8"
+        lambda t: t.encode("utf-32"),
+    ],
+    ids=["semicolons", "utf16-tabs", "utf16-be", "utf8-bom", "utf32"],
+)
+def test_serve_lengths_read_as_excel_saves_them(cli, tmp_path, encode):
+    """`--lengths` of semicolons was refused ('columns are separated by commas') and UTF-16 read as
+    replacement characters; both are the table a comma CSV is."""
+    plain = tmp_path / "plain.csv"
+    plain.write_text(LENGTHS)
+    other = tmp_path / "other.csv"
+    raw = encode(LENGTHS)
+    other.write_bytes(raw if not raw.startswith(b"\0") else b"\xfe\xff" + raw)  # utf-16-be: its mark added
+    assert _workload(cli, other) == _workload(cli, plain) == pytest.approx((175.0, 67.5), rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        (LENGTHS.encode("utf-16-le"), "NUL bytes and no byte-order mark: UTF-16 without its mark, or not text"),
+        (b"\xff\xfe" + LENGTHS.encode("utf-16-le")[:-1], "is not UTF-16 (its byte-order mark says UTF-16)"),
+        (LENGTHS.encode() + b"\xe9\n", "is not UTF-8 (save the file as UTF-8)"),
+        (b"input_len;output_len;weight\n100;50;0,5\n", "weight '0,5' is not allowed; give a number >= 0 (with a"),
+        (b"input_len;output_len,count\n1;1,1\n", "columns are separated by one of comma, semicolon or tab throughout"),
+    ],
+    ids=["utf16-no-mark", "utf16-cut", "latin1", "decimal-comma", "mixed"],
+)
+def test_serve_lengths_that_cannot_be_read_are_one_line(cli, tmp_path, raw, expected):
+    path = tmp_path / "l.csv"
+    path.write_bytes(raw)
+    line = _one_error(*cli([*SERVE, "--lengths", str(path)])[::2])
+    assert line.startswith(f"error: --lengths {path}") and expected in line, line
+
+
+def test_runs_csv_is_read_as_excel_saves_it_too(tmp_path):
+    """calibrate's runs CSV takes the same separators and encodings (`files.decode_table`, `sniff_delimiter`)."""
+    from shardwise.calibration.runs import read_runs
+
+    text = "model,system,num_gpus,tp,pp,global_batch,step_time_s,_log\nllama3-8b,dgx-h100,8,1,1,64,1.5,x\n"
+    (tmp_path / "a.csv").write_text(text)
+    (tmp_path / "b.csv").write_bytes(text.replace(",", "\t").encode("utf-16"))
+    (tmp_path / "c.csv").write_text(text.replace(",", ";"))
+    a, b, c = (read_runs(tmp_path / f"{n}.csv") for n in "abc")
+    assert [r.case for r in a] == [r.case for r in b] == [r.case for r in c]
+    assert [r.measured for r in a] == [r.measured for r in b] == [r.measured for r in c]
