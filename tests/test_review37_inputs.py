@@ -183,3 +183,49 @@ def test_runs_csv_is_read_as_excel_saves_it_too(tmp_path):
     a, b, c = (read_runs(tmp_path / f"{n}.csv") for n in "abc")
     assert [r.case for r in a] == [r.case for r in b] == [r.case for r in c]
     assert [r.measured for r in a] == [r.measured for r in b] == [r.measured for r in c]
+
+
+def _hbm_runs():
+    from shardwise.calibration.cases import Evaluator
+    from shardwise.calibration.runs import parse_runs
+
+    head = "model,system,num_gpus,tp,pp,global_batch,micro_batch,seq_len,step_time_s"
+    rows = ["llama3-8b,dgx-h100,8,1,1,16,1,4096,1", "llama3-8b,dgx-h100,8,1,1,64,4,4096,1"]
+    cases = [r.case for r in parse_runs("\n".join([head, *rows]) + "\n")]
+    return cases, Evaluator(cases)
+
+
+def test_a_fitted_hbm_scale_stops_at_the_datasheet_and_says_so():
+    """memory_bandwidth_scale ranged to 2 x: runs 1.6 x faster in HBM were fitted as an H100
+    sustaining 1.6 x 0.85 x 3.35 = 4.6 TB/s, above its 3.35 TB/s peak. The fit stops where the
+    sustained rate is the datasheet's (1 / memory_efficiency) and reports the value at its limit."""
+    import numpy as np
+
+    from shardwise.calibration.checks import at_limit, limit_notes
+    from shardwise.calibration.fit import fit
+
+    cases, ev = _hbm_runs()
+    ceiling = 1 / 0.85  # the H100 preset's memory_efficiency
+    fast = fit(cases, ev.step_s({"memory_bandwidth_scale": np.array([1.6])})[0], only=("memory_bandwidth_scale",))
+    assert fast.values["memory_bandwidth_scale"] == pytest.approx(ceiling, rel=1e-6)
+    assert fast.interval80("memory_bandwidth_scale")[1] == pytest.approx(ceiling)
+    assert at_limit(fast) == {"memory_bandwidth_scale": "upper"}
+    (note,) = limit_notes(fast)
+    assert "(0.3-1.18 x; 1.18 x is the GPU's datasheet HBM bandwidth, which a sustained rate cannot exceed)" in note
+    # below the datasheet: fitted as before, no limit
+    plain = fit(cases, ev.step_s({"memory_bandwidth_scale": np.array([1.05])})[0], only=("memory_bandwidth_scale",))
+    assert 1.0 < plain.values["memory_bandwidth_scale"] < 1.05 and at_limit(plain) == {}
+
+
+def test_the_hbm_ceiling_is_each_gpus_own():
+    """A `measure micro` GPU states its measured rate with memory_efficiency 1: its ceiling is 1 x; a
+    GPU stating a low streaming share has one above the range's own top (2 x): none then binds."""
+    from shardwise import presets
+    from shardwise.calibration.parameters import ceilings, hbm_ceiling
+
+    cluster = presets.system("dgx-h100")
+    measured = cluster.with_(gpu=cluster.gpu.with_(memory_efficiency=1.0))
+    low_share = cluster.with_(gpu=cluster.gpu.with_(memory_efficiency=0.4))
+    assert hbm_ceiling(cluster.gpu) == pytest.approx(1 / 0.85)
+    assert ceilings([cluster, measured]) == {"memory_bandwidth_scale": 1.0}  # the lowest of the runs' GPUs
+    assert ceilings([low_share]) == {} and ceilings([]) == {}
