@@ -95,7 +95,8 @@ def test_plan_nothing_fits_exits_2_and_keeps_the_file_when_other_outputs_were_as
         ("input_len,output_len,input_len\n1,1,1\n", "column 'input_len' appears twice"),
         ("input_len,output_len,count,weight\n1,1,1,1\n", "give one of the columns count or weight, not both"),
         ("input_len,output_len\n1,1,1\n", "line 2: 3 values for 2 columns"),
-        ("input_len;output_len\n1;1\n", "columns are separated by commas"),
+        # one separator throughout: semicolons alone are read (tests/test_review37_inputs.py)
+        ("input_len;output_len,count\n1;1,1\n", "columns are separated by one of comma, semicolon or tab"),
     ],
 )
 def test_serve_lengths_columns_are_checked(cli, tmp_path, text, expected):

@@ -8,11 +8,12 @@ the model's config.json, or the link file a system YAML names, must never replac
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import contextvars
 import os
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from shardwise.errors import SpecError
@@ -71,12 +72,25 @@ def is_dir(name: str | Path) -> bool:
         return False
 
 
+# `-` names standard input to many tools; shardwise reads every input from a file by name (on `-o`
+# alone `-` means standard output: cli.output.STDOUT), so an input named `-` is refused in one line
+STDIN_REFUSED = "standard input is not read; give a file's name (a file named '-': ./-)"
+
+
+def refuse_stdin(name: object, flag: str) -> None:
+    """Refuse `-` as the input file of `flag` (see STDIN_REFUSED), as the user typed it: `./-` is a file."""
+    if isinstance(name, str) and name.strip() == "-":
+        raise SpecError(f"{flag} -: {STDIN_REFUSED}")
+
+
 def read_small(path: str | Path, max_bytes: int, what: str) -> bytes:
     """The bytes of the regular file `path`, refusing anything larger than `max_bytes`."""
     p = Path(path)
     try:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except (OSError, ValueError) as exc:
+        if isinstance(exc, FileNotFoundError) and str(p) == "-":  # a Python caller's `-`
+            raise SpecError(f"-: {STDIN_REFUSED}") from None
         reason = exc.strerror if isinstance(exc, OSError) else str(exc)
         raise SpecError(f"{p}: cannot read ({reason})") from None
     try:
@@ -115,6 +129,52 @@ def check_header(
         close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.7)
         hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         if "," not in name and any(sep in name for sep in ";\t"):
-            hint = "; columns are separated by commas"
+            hint = "; columns are separated by one of comma, semicolon or tab throughout"
         hint = (hints or {}).get(name, hint)
         raise SpecError(f"{where}: unknown column {name!r}{hint} ({see})")
+
+
+# byte-order marks -> the codec reading the text after them; UTF-32's first: FF FE 00 00 begins both LE marks
+_MARKS = (
+    (codecs.BOM_UTF32_LE, "UTF-32"),
+    (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF8, "UTF-8-sig"),
+    (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+# a table's column separators: the comma; the semicolon of Excel's CSV where the decimal mark is a
+# comma (European locales: Excel writes the locale's list separator); the tab of Excel's "Unicode Text"
+DELIMITERS = (",", ";", "\t")
+
+
+def decode_table(raw: bytes, where: str) -> str:
+    """The text of a table file as spreadsheets save it: UTF-8 (Excel's "CSV UTF-8" starts with a
+    byte-order mark), or UTF-16 or UTF-32 after its mark (Excel's "Unicode Text": UTF-16 LE with
+    one). NUL bytes without a mark are UTF-16 without it, or not text; other bytes that are not
+    UTF-8 another code page (Excel's plain "CSV" on Windows): one line each, saying what to save."""
+    codec = next((c for mark, c in _MARKS if raw.startswith(mark)), None)
+    if codec is None and b"\0" in raw:
+        raise SpecError(
+            f"{where}: NUL bytes and no byte-order mark: UTF-16 without its mark, or not text; "
+            "save it as CSV UTF-8, or as UTF-16 with its mark (Excel's Unicode Text)"
+        )
+    name = (codec or "UTF-8").removesuffix("-sig")
+    try:
+        return raw.decode((codec or "utf-8").lower())
+    except UnicodeDecodeError as exc:
+        said = f"its byte-order mark says {name}" if codec else "save the file as UTF-8"
+        raise SpecError(f"{where}: byte {exc.start} is not {name} ({said})") from None
+
+
+def sniff_delimiter(text: str, is_column: Callable[[str], bool]) -> str:
+    """The separator (DELIMITERS) that splits the header of table `text` into names `is_column`
+    knows (each stripped and lower-cased) only; a comma where none does (the header's check then
+    names what is wrong)."""
+    import csv
+    import io
+
+    for delimiter in DELIMITERS:
+        header = next(csv.reader(io.StringIO(text), delimiter=delimiter), [])
+        if header and all(is_column(h.strip().lower()) for h in header):
+            return delimiter
+    return ","

@@ -74,23 +74,56 @@ MAX_SEQ_LEN = 32768
 DEFAULT_SEQ_LEN = 8192  # a config that states no context window
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB
 MAX_WHOLE = 2**53
+# shardwise's own names for a model's shape, which a .json may state instead of a config's
+OWN_FIELDS = ("layers", "hidden", "heads", "vocab")
+# the keys a Hugging Face config states its shape or its type in: one of them makes a .json a config
+_CONFIG_KEYS = frozenset({"model_type", "architectures", *(k for f, keys in _FIELDS if f in OWN_FIELDS for k in keys)})
+ACCEPTED = (
+    "a .json model is a Hugging Face config.json or shardwise's own model fields "
+    "(layers, hidden, heads, vocab, seq_len, as a model YAML file states them)"
+)
 SEQ_LEN_HINT = "(--seq-len to change)"
 
 
-def read(path: str | Path) -> dict[str, Any]:
-    """Model fields (as in presets/models.yaml) from a config.json; SpecError names what is wrong."""
+def load(path: str | Path, what: str = "config.json") -> Any:
+    """The JSON value in file `path` (a `what`), read strictly: UTF-8 (a BOM allowed, as CSV and
+    YAML), at most 1 MiB, no key twice in one object; SpecError names what is wrong."""
     p = Path(path)
-    raw = files.read_small(p, MAX_CONFIG_BYTES, "config.json")
+    raw = files.read_small(p, MAX_CONFIG_BYTES, what)
     try:
-        cfg = json.loads(raw.decode("utf-8-sig"), object_pairs_hook=_no_duplicates)  # a BOM, as CSV and YAML
+        return json.loads(raw.decode("utf-8-sig"), object_pairs_hook=_no_duplicates)
     except UnicodeDecodeError as exc:
         raise SpecError(f"{p}: byte {exc.start} is not UTF-8") from None
     except json.JSONDecodeError as exc:
         raise SpecError(f"{p}: not valid JSON (line {exc.lineno})") from None
     except RecursionError:
-        raise SpecError(f"{p}: nested too deeply for a config.json") from None
+        raise SpecError(f"{p}: nested too deeply for a {what}") from None
     except _Duplicate as exc:
         raise SpecError(f"{p}: key {exc.args[0]!r} appears twice in one object; which one is meant?") from None
+
+
+def states_own_fields(cfg: Any) -> bool:
+    """Whether a .json's value holds shardwise's own model fields (`layers`, `hidden`, `heads`,
+    `vocab`, as presets/models.yaml and a model YAML file: the mapping, or one entry `name: {fields}`)
+    rather than a Hugging Face config: it names one of them and none of the keys a config states its
+    shape or its type in (review 37: such a file was read as a config and refused)."""
+    if isinstance(cfg, dict) and len(cfg) == 1 and isinstance(inner := next(iter(cfg.values())), dict):
+        cfg = inner
+    if not isinstance(cfg, dict):
+        return False
+    return any(k in cfg for k in OWN_FIELDS) and not states_config(cfg)
+
+
+def states_config(cfg: Any) -> bool:
+    """Whether a .json's value names a key a Hugging Face config states its shape or type in."""
+    return isinstance(cfg, dict) and any(k in cfg for k in _CONFIG_KEYS)
+
+
+def read(path: str | Path, cfg: Any = None) -> dict[str, Any]:
+    """Model fields (as in presets/models.yaml) from a config.json (`cfg`: its value, where `load`
+    has read it already); SpecError names what is wrong."""
+    p = Path(path)
+    cfg = load(p) if cfg is None else cfg
     if not isinstance(cfg, dict):
         raise SpecError(f"{p}: expected a JSON object (a Hugging Face config.json)")
     refuse_unsupported(p, cfg, hf_fields.text(p, cfg, "model_type").lower())  # T5, BERT, Mamba, Jamba, ...: one line
@@ -119,7 +152,7 @@ def read(path: str | Path) -> dict[str, Any]:
     _window(p, cfg, out)
     missing = [f for f in ("layers", "hidden", "heads", "vocab") if f not in out]
     if missing:
-        raise SpecError(f"{p}: no {', '.join(missing)} found (looked for {', '.join(_keys(missing))})")
+        raise SpecError(f"{p}: no {', '.join(missing)} found (looked for {', '.join(_keys(missing))}); {ACCEPTED}")
     model_type = hf_fields.text(p, cfg, "model_type").lower()
     stated = out.get("seq_len")
     out["seq_len"], assumed = _seq_len(p, cfg, model_type, stated)

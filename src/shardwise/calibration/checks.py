@@ -1,10 +1,12 @@
 """What a calibration's fitted values mean on the runs' hardware, and what to check before using it.
 
 - `physical`: a fitted scale's absolute value on each GPU the runs name, beside the factor: the GEMM
-  efficiency as a share of the GPU's dense peak, the HBM bandwidth in TB/s, a link's sustained rate
-  per GPU in GB/s (across servers at `parameters.REFERENCE_NODES` servers), so that a factor which
-  means a physically odd machine (HBM at 0.41 x is an H100 at 1.4 TB/s, below an A100's 1.6) shows.
-- `at_limit`: a fitted value at a limit of its physical range (`Parameter.low .. high`), within
+  efficiency as a share of the GPU's dense peak, the sustained HBM bandwidth in TB/s beside the
+  datasheet's, a link's sustained rate per GPU in GB/s (across servers at
+  `parameters.REFERENCE_NODES` servers), so that a factor which means a physically odd machine (HBM
+  at 0.41 x is an H100 sustaining 1.2 TB/s of its 3.35, below an A100's 1.4 of 1.6) shows.
+- `at_limit`: a fitted value at a limit of its physical range (`Parameter.low .. high`, or below
+  `high` the runs' hardware's ceiling, `Fit.ceilings`: HBM at most the datasheet's), within
   `AT_LIMIT_SDS` of its prior sd. The fit is bounded there, so the runs wanted more than the model
   allows: the value is not a measurement
   of the quantity but a sign that the runs are not what the model was told (a unit, a layout, a
@@ -52,9 +54,16 @@ def at_limit(fit: Any) -> dict[str, str]:
         u, margin = p.u(fit.values[name]), AT_LIMIT_SDS * p.prior_sd
         if u <= p.low + margin:
             out[name] = "lower"
-        elif u >= p.high - margin:
+        elif u >= _upper(fit, name) - margin:
             out[name] = "upper"
     return out
+
+
+def _upper(fit: Any, name: str) -> float:
+    """The top of a parameter's range in `fit` (u space): a fit's hardware ceiling where it has one
+    (`Fit.upper`: HBM at the datasheet), else the parameter's own."""
+    upper = getattr(fit, "upper", None)
+    return upper(name) if upper is not None else BY_NAME[name].high
 
 
 def interval_at_limit(fit: Any) -> dict[str, str]:
@@ -68,7 +77,7 @@ def interval_at_limit(fit: Any) -> dict[str, str]:
             continue
         p = BY_NAME[name]
         u, reach = p.u(fit.values[name]), Z80 * fit.u_sd(name)  # as `Fit.interval80`, before its clip
-        low, high = u - reach <= p.low, u + reach >= p.high
+        low, high = u - reach <= p.low, u + reach >= _upper(fit, name)
         if low or high:
             out[name] = "both" if low and high else "lower" if low else "upper"
     return out
@@ -81,9 +90,13 @@ def limit_notes(fit: Any) -> list[str]:
         p = BY_NAME[name]
         unit = {"x": " x", "s": " s", "1": ""}.get(p.unit, f" {p.unit}")
         want = "less" if side == "lower" else "more"
+        top = p.value(_upper(fit, name))
+        ceiling = ""
+        if name == "memory_bandwidth_scale" and side == "upper" and top < p.value(p.high):
+            ceiling = f"; {top:.3g} x is the GPU's datasheet HBM bandwidth, which a sustained rate cannot exceed"
         out.append(
             f"{name} = {fit.values[name]:.3g} is at the {side} limit of its range "
-            f"({p.value(p.low):.3g}-{p.value(p.high):.3g}{unit}): the runs want {want} than the model allows, "
+            f"({p.value(p.low):.3g}-{top:.3g}{unit}{ceiling}): the runs want {want} than the model allows, "
             "so it explains them only in part and moves every prediction that reads it by the limit; check the "
             "runs (units, layout, the system and framework named) before using this calibration"
         )
@@ -109,9 +122,10 @@ def _one(scn: Any, name: str, value: float) -> str:
     if name == "matmul_efficiency_scale":
         now, was = (float(np.max(g.matmul_efficiency)) for g in (c.gpu, cluster.gpu))
         return f"{now:.0%} of peak (presets {was:.0%})"
-    if name == "memory_bandwidth_scale":
-        now, was = (float(np.max(g.memory_bandwidth_bytes_per_s)) / 1e12 for g in (c.gpu, cluster.gpu))
-        return f"HBM {now:.3g} TB/s (presets {was:.3g})"
+    if name == "memory_bandwidth_scale":  # the sustained rate (a share of the datasheet's, at most all of it)
+        now, was = (np.max(g.memory_bandwidth_bytes_per_s * g.memory_efficiency) / 1e12 for g in (c.gpu, cluster.gpu))
+        peak = float(np.max(cluster.gpu.memory_bandwidth_bytes_per_s)) / 1e12
+        return f"HBM {now:.3g} TB/s sustained of {peak:.3g} peak (presets {was:.3g})"
     if name == "intra_node_bandwidth_scale":
         rate, was = (
             float(np.max(x.effective_bandwidth_bytes_per_s)) / 1e9 for x in (c.intra_node_link, cluster.intra_node_link)

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.calibration.cases import Case, Evaluator, fd_step, log_step_and_gradient, parameter_sets
-from shardwise.calibration.parameters import BY_NAME, NEUTRAL, PARAMETERS, WIDEN
+from shardwise.calibration.parameters import BY_NAME, NEUTRAL, PARAMETERS, WIDEN, ceilings
 from shardwise.calibration.spreads import NOISE_LOG_SD, NOISE_PRIOR_RUNS, Z80
 from shardwise.calibration.together import side_by_side
 from shardwise.errors import SpecError
@@ -73,6 +73,14 @@ class Fit:
     # parameter they did not fit (one confounded with a fitted one, e.g. the network's scale with
     # its exponent when every run spans one server count). None: not computed (an older file).
     full_covariance: np.ndarray | None = None
+    # the scales whose top the runs' hardware set below their range's (`parameters.ceilings`: HBM
+    # at the datasheet), in value space; `upper` reads them
+    ceilings: dict[str, float] = field(default_factory=dict)
+
+    def upper(self, name: str) -> float:
+        """The top of the parameter's range in this fit, in u space (its own, or the hardware's ceiling)."""
+        p = BY_NAME[name]
+        return min(p.high, p.u(self.ceilings[name])) if name in self.ceilings else p.high
 
     def u_sd(self, name: str) -> float:
         if name not in self.fitted:
@@ -85,7 +93,7 @@ class Fit:
         p = BY_NAME[name]
         u = p.u(self.values[name])
         lo, hi = u - Z80 * self.u_sd(name), u + Z80 * self.u_sd(name)
-        return float(p.value(max(lo, p.low))), float(p.value(min(hi, p.high)))
+        return float(p.value(max(lo, p.low))), float(p.value(min(hi, self.upper(name))))
 
 
 def fit(
@@ -139,7 +147,9 @@ def fit(
     prior_mu = np.array([BY_NAME[n].prior_mean for n in names])
     prior_sd = np.array([BY_NAME[n].prior_sd * (BY_NAME[n].widen if n in wide else 1.0) for n in names])
     lo = np.array([BY_NAME[n].low for n in names])
-    hi = np.array([BY_NAME[n].high for n in names])
+    # the top of each range, or the runs' hardware's below it (HBM at most the datasheet's)
+    tops = ceilings([getattr(c, "scenario", c).cluster for c in scenarios])
+    hi = np.array([min(BY_NAME[n].high, BY_NAME[n].u(tops[n])) if n in tops else BY_NAME[n].high for n in names])
     # every point priced in this fit (each solve starts where an earlier one ended or started,
     # and the scores re-read optima): a point is priced once
     cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
@@ -252,7 +262,8 @@ def fit(
     cov = np.linalg.inv(precision) if k else np.zeros((0, 0))
     prior_used = dict(zip(names, prior_kept, strict=True)) if k else {}
     full = _full_covariance(ev, values, prior_used, sigma)
-    return Fit(names, values, cov, sigma, not_fitted, before, after, tuple(widened), n - k + NOISE_PRIOR_RUNS, full)
+    dof = n - k + NOISE_PRIOR_RUNS
+    return Fit(names, values, cov, sigma, not_fitted, before, after, tuple(widened), dof, full, tops)
 
 
 def _full_covariance(ev: Evaluator, values: dict[str, float], prior_used: dict[str, float], sigma: float) -> np.ndarray:

@@ -23,7 +23,8 @@ micro_batch_overhead_s         fixed time per micro-batch on every pipeline stag
                                (kernel launches, host scheduling; it grows the bubble)
 memory_bandwidth_scale         the GPU's sustained HBM bandwidth (element-wise          1 x 1.3
                                kernels, optimizer); a hardware rate: no wide           (no wide)
-                               prior component (`Parameter.widen`, below)
+                               prior component (`Parameter.widen`, below); a fit
+                               stops where it sustains the datasheet's (`ceilings`)
 link_latency_scale             every link's latency, per call and per ring step, both   1 x 2
                                tiers (NCCL's protocol choice, custom all-reduce
                                kernels, the host's launch path)
@@ -208,6 +209,28 @@ PARAMETERS = (
     ),
 )
 BY_NAME = {p.name: p for p in PARAMETERS}
+# The fitted HBM scale multiplies the sustained rate, memory_bandwidth x memory_efficiency (0.85 of
+# the datasheet for the presets; 1 for a `measure micro` file, whose bandwidth is the measured one).
+# A sustained rate cannot exceed the peak it is a share of: a fit stops the scale where the sustained
+# rate of the runs' GPUs reaches its stated bandwidth, 1 / memory_efficiency (x1.18 for the presets),
+# and a value there is reported at its limit (`fit.Fit.ceilings`, `checks.at_limit`; review 37: a
+# fit put an H100 at 1.56 x, sustaining 4.4 TB/s of its 3.35). The particles and the explanations
+# of a far run still range to `high` (a bound of the fit's result, not of what the runs are asked).
+
+
+def hbm_ceiling(gpu: Any) -> float:
+    """The largest memory_bandwidth_scale on `gpu`: its sustained HBM rate at its stated bandwidth."""
+    return float(1.0 / np.max(gpu.memory_efficiency))
+
+
+def ceilings(clusters: Any) -> dict[str, float]:
+    """The scales bounded below their range's top by the hardware of `clusters` (the runs'): HBM
+    at the datasheet of the GPU whose ceiling is lowest. Value space; {} where none binds."""
+    hbm = min((hbm_ceiling(c.gpu) for c in clusters), default=math.inf)
+    top = BY_NAME["memory_bandwidth_scale"]
+    return {top.name: hbm} if hbm < top.value(top.high) else {}
+
+
 WIDEN_BY_PARAMETER = np.array([p.widen for p in PARAMETERS])  # PARAMETERS order
 # The server count at which `inter_node_bandwidth_scale` is the network's whole scale: the smallest
 # job that crosses servers (the presets' NIC rates are two-server nccl-tests figures).

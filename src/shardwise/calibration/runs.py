@@ -105,11 +105,7 @@ def read_runs(path: str | Path) -> list[Run]:
 
     p = Path(path)
     raw = files.read_small(p, MAX_RUNS_BYTES, "runs CSV")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"{p}: byte {exc.start} is not UTF-8 (save the file as UTF-8)") from None
-    return parse_runs(text, str(p), p.parent)
+    return parse_runs(files.decode_table(raw, str(p)), str(p), p.parent)  # UTF-16 "Unicode Text" too
 
 
 def parse_runs(text: str, where: str = "<runs>", folder: str | Path | None = None) -> list[Run]:
@@ -117,8 +113,13 @@ def parse_runs(text: str, where: str = "<runs>", folder: str | Path | None = Non
     CSV's own, as a user expects of a file naming a file), else from the current directory."""
     if "\0" in text:
         raise SpecError(f"{where}: is not a text file (a CSV of runs is expected)")
+    from shardwise.files import sniff_delimiter
+
+    known = {*READ, *INFORMATIONAL, *ALIASES}
+    # a comma, or as Excel saves a table in a locale with a decimal comma (semicolons) or as Unicode Text (tabs)
+    delimiter = sniff_delimiter(text, lambda h: _column(h) in known or _column(h).startswith("_"))
     try:
-        reader = csv.DictReader(io.StringIO(text))
+        reader = csv.DictReader(io.StringIO(text), delimiter=delimiter)
         header = reader.fieldnames
     except csv.Error as exc:
         raise SpecError(f"{where}: not a CSV file ({exc})") from None

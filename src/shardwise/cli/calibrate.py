@@ -137,6 +137,10 @@ def calibrate(
         basis = f"calibration {cal.path} ({cal.runs} run(s))" if cal else "the presets' priors (no calibration yet)"
         run_suggest(suggest, cal.fit if cal else None, basis, job, emit, emit_version, as_json, [])
         return
+    from shardwise.files import refuse_stdin
+
+    for path in runs:  # as every command's input flags (a log piped in: save it, and give its name)
+        refuse_stdin(path, "calibrate")
     if runs[0].lower() == "suggest" and not Path(runs[0]).exists():  # a subcommand it does not have
         raise SpecError(
             f"calibrate {runs[0]}: there is no such file; the runs to measure next are an option: "

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from shardwise.cli.options import LINK_NAME, NAME_OR_FILE, _stack, alias_option, cluster_options, model_name, non_empty
+from shardwise.cli.options import LINK_NAME, NAME_OR_FILE, _stack, alias_option, an_input, cluster_options, model_name
 from shardwise.cli.plan_flags import RECOMPUTE_HELP
 from shardwise.precisions import TRAINING_PRECISIONS
 from shardwise.requests.fields import EXPERIMENT_FIELDS, default
@@ -70,7 +70,7 @@ experiment_options = _stack(
         "--gpu",
         "gpu_name",
         metavar="NAME|FILE",
-        callback=non_empty(NAME_OR_FILE),
+        callback=an_input(NAME_OR_FILE),
         help="GPU preset (instead of, or overriding, the system's) [default: the system's, else a100-sxm4-80gb: "
         "the brief's 312 TFLOP/s].",
     ),
@@ -87,14 +87,14 @@ experiment_options = _stack(
     click.option(
         "--calibration",
         metavar="FILE",
-        callback=non_empty("give the YAML file `shardwise calibrate` wrote"),
+        callback=an_input("give the YAML file `shardwise calibrate` wrote"),
         help="A calibration from `shardwise calibrate`: fitted GEMM efficiency, bandwidths and overheads, and "
         "the width of the 80% bands.",
     ),
     click.option(
         "--inter-link",
         metavar="NAME|FILE|RATE",
-        callback=non_empty(LINK_NAME),
+        callback=an_input(LINK_NAME),
         help="Each GPU's link across servers (used when --num-gpus exceeds a server) [default: the system's, "
         "else ib-hdr].",
     ),
@@ -105,7 +105,7 @@ experiment_options = _stack(
         old=("--link",),
         multiple=True,
         metavar="[LABEL=]NAME|RATE[,latency=..]",
-        callback=non_empty(LINK_NAME),
+        callback=an_input(LINK_NAME),
         help="A link inside the server to compare (repeat); required with a --gpu whose servers do not use nvlink3. "
         "[default: the system's, else NVLink=nvlink3 PCIe=pcie4, A100 servers']",
     ),
@@ -169,7 +169,7 @@ experiment_options = _stack(
         default=_d("framework"),
         show_default=True,
         metavar="NAME|FILE",
-        callback=non_empty(NAME_OR_FILE),
+        callback=an_input(NAME_OR_FILE),
         help="Software stack whose execution flags the plans use (see `shardwise presets frameworks`), or a YAML "
         "file of your own (`like: fsdp` and the fields that differ).",
     ),

@@ -59,12 +59,27 @@ class FiniteRange(click.FloatRange):
         return super().convert(value, param, ctx)
 
 
+def an_input(hint: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """`non_empty` for a flag naming an input: `-` is refused too (standard input is not read,
+    `files.refuse_stdin`), where it was looked up as a preset's name or a file of that name."""
+    empty = non_empty(hint)
+
+    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        from shardwise.files import refuse_stdin
+
+        for v in value if isinstance(value, tuple) else (value,):
+            refuse_stdin(v, param.opts[0] if param.opts else str(param.name))
+        return empty(ctx, param, value)
+
+    return check
+
+
 def model_name(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     """--model's callback: an empty name refused; a directory holding a config.json (a Hugging Face
     snapshot) read as that file."""
     from shardwise.presets import model_path
 
-    value = non_empty(NAME_OR_FILE)(ctx, param, value)
+    value = an_input(NAME_OR_FILE)(ctx, param, value)
     return model_path(value) if isinstance(value, str) else value
 
 

@@ -13,6 +13,7 @@ from shardwise.cli.option_kit import (  # noqa: F401
     LINK_NAME,
     NAME_OR_FILE,
     alias_option,
+    an_input,
     model_name,
     non_empty,
 )
@@ -61,21 +62,21 @@ cluster_options = _stack(
     click.option(
         "--calibration",
         metavar="FILE",
-        callback=non_empty("give the YAML file `shardwise calibrate` wrote"),
+        callback=an_input("give the YAML file `shardwise calibrate` wrote"),
         help="A calibration from `shardwise calibrate` (your measured runs): fitted GEMM efficiency, link "
         "bandwidths and overheads, and the error bars that come with them.",
     ),
     click.option(
         "--system",
         metavar="NAME|FILE",
-        callback=non_empty(NAME_OR_FILE),
+        callback=an_input(NAME_OR_FILE),
         help="System preset (dgx-a100, dgx-h100, a100-pcie-8x, ...).",
     ),
     click.option(
         "--gpu",
         "gpu_name",
         metavar="NAME|FILE",
-        callback=non_empty(NAME_OR_FILE),
+        callback=an_input(NAME_OR_FILE),
         help="GPU preset or YAML file (instead of, or overriding, the system's).",
     ),
     click.option("--gpus-per-node", type=int, help="GPUs per server [default: the system's, else 8]."),
@@ -94,13 +95,13 @@ cluster_options = _stack(
     click.option(
         "--intra-link",
         metavar="NAME|FILE|RATE",
-        callback=non_empty(LINK_NAME),
+        callback=an_input(LINK_NAME),
         help="Link inside a server: preset (nvlink3, pcie4, ...), YAML file, or a sustained rate like 600GB/s.",
     ),
     click.option(
         "--inter-link",
         metavar="NAME|FILE|RATE",
-        callback=non_empty(LINK_NAME),
+        callback=an_input(LINK_NAME),
         help="Each GPU's link across servers (ib-hdr, ib-ndr, ... or a rate).",
     ),
     click.option(

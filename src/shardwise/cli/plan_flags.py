@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from shardwise.cli.option_kit import NAME_OR_FILE, F, FiniteRange, non_empty, stack_options
+from shardwise.cli.option_kit import NAME_OR_FILE, F, FiniteRange, an_input, stack_options
 from shardwise.precisions import FP8_RECIPES, TRAINING_PRECISIONS
 from shardwise.requests.fields import SELECTIVE_POLICIES
 
@@ -248,7 +248,7 @@ execution_options = stack_options(
         default="megatron-core",
         show_default=True,
         metavar="NAME|FILE",
-        callback=non_empty(NAME_OR_FILE),
+        callback=an_input(NAME_OR_FILE),
         help="Software stack whose execution flags apply: megatron-core, megatron-lm-2022, megatron-lm-2021, "
         "megatron-deepspeed, fsdp, torchtitan (see `shardwise presets frameworks`), or a YAML file of your own "
         "(`like: fsdp` and the fields that differ); flags below override it.",

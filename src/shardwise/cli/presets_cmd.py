@@ -188,15 +188,15 @@ def _show_file(registry: Any, path: str, as_json: bool) -> None:
     checked as the flag would check it."""
     from pathlib import Path
 
-    from shardwise import loaders
+    from shardwise import hf_config, loaders
     from shardwise.errors import SpecError
 
-    if path.lower().endswith(".json"):
-        from shardwise import hf_config
-
+    # a .json that states none of a config's keys is read as a YAML file is (a model's or a GPU's fields)
+    config = path.lower().endswith(".json") and hf_config.states_config(hf_config.load(path))
+    if config:
         kind, fields = "models", hf_config.read(path)
     else:
-        data = loaders.load_yaml(path)
+        data = registry.read_file(path)
         if isinstance(data, dict) and len(data) == 1 and isinstance(next(iter(data.values())), dict):
             data = next(iter(data.values()))  # `name: {fields}`
         if not isinstance(data, dict):
@@ -218,7 +218,7 @@ def _show_file(registry: Any, path: str, as_json: bool) -> None:
         inherited = inherited_fields(fields, registry.raw("frameworks"))
         fields = with_like(path, fields, registry.raw("frameworks"))
     label = None
-    if kind == "models" and not path.lower().endswith(".json") and "family" not in fields:
+    if kind == "models" and not config and "family" not in fields:
         # what --model fills in silently (`loaders.model_from_dict`): the gpt family's flags it leaves out
         given = set(fields)
         fields = {**fields, **{k: v for k, v in {"family": "gpt", **loaders.FAMILIES["gpt"]}.items() if k not in given}}

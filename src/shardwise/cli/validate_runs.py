@@ -143,6 +143,10 @@ def check_options(tables: tuple[str, ...], calibrated: bool, calibration: Any, r
         raise SpecError(
             "validate --runs FILE checks your own runs; give no table names, --calibrated or --plot with it"
         )
+    from shardwise.files import refuse_stdin
+
+    refuse_stdin(runs, "--runs")
+    refuse_stdin(calibration, "--calibration")
     if runs == "":
         raise SpecError("--runs: '' is not a file; give the CSV of your runs (the columns: docs/calibration.md)")
     if runs is not None and not str(runs).lower().endswith(".csv"):  # a trainer log read as CSV (review 37)

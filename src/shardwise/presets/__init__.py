@@ -18,6 +18,7 @@ from typing import Any
 from shardwise import files, loaders, units
 from shardwise.presets.framework_fields import _framework_from_dict, with_like
 from shardwise.presets.link_spec import parse_link_spec  # noqa: F401  (presets.parse_link_spec)
+from shardwise.presets.model_files import is_hf_config, model_family_note, model_hf_id  # noqa: F401
 from shardwise.presets.pcie_fields import host_cpu_of, pcie_from_dict
 from shardwise.presets.stack_defaults import framework_pipeline_split, framework_plan_search  # noqa: F401
 from shardwise.specs import Cluster, Gpu, Link, Model, SpecError
@@ -100,18 +101,7 @@ def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
     """(canonical name, fields) for a preset name or a YAML file path."""
     _check_name(kind, name)
     if _looks_like_path(name):
-        data = loaders.load_yaml(name)
-        if not isinstance(data, dict):
-            raise SpecError(f"{name}: expected a YAML mapping of fields (key: value lines) for one {kind[:-1]}")
-        if len(data) == 1 and isinstance(next(iter(data.values())), dict):
-            key, fields = next(iter(data.items()))
-            return _own_name(kind, name, str(key)), fields
-        named = data.get("name")  # the file's own name for it (name: 4090 too), else the file's
-        named = str(named).strip() if isinstance(named, (str, int, float)) and not isinstance(named, bool) else ""
-        from shardwise.presets.file_fields import checked_file_fields
-
-        data = checked_file_fields(kind, data, name)  # nested files near it; quantities with units
-        return _own_name(kind, name, named or Path(name).stem, from_file_name=not named), data
+        return _file_entry(kind, name, read_file(name))
     table = raw(kind)
     key = name.strip().lower()
     key = ALIASES.get(kind, {}).get(key, key)
@@ -126,6 +116,33 @@ def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
     hint = f"; closest: {', '.join(close)}" if close else ""
     shown = name if len(name) <= 60 else f"{name[:57]}..."
     raise SpecError(f"unknown {kind[:-1]} {shown!r}{hint} (see `shardwise presets {kind}`)")
+
+
+def read_file(name: str) -> Any:
+    """What a preset file states: a .json read as JSON (strictly, as a config.json: PyYAML would
+    read `1e4` as text), anything else as YAML."""
+    if name.lower().endswith(".json"):
+        from shardwise import hf_config
+
+        return hf_config.load(name, "JSON spec")
+    return loaders.load_yaml(name)
+
+
+def _file_entry(kind: str, name: str, data: Any) -> tuple[str, dict[str, Any]]:
+    """(its name, its fields) of the one `kind` the file `name` states in `data` (its value)."""
+    if not isinstance(data, dict):
+        json = name.lower().endswith(".json")
+        form = "a JSON object of fields" if json else "a YAML mapping of fields (key: value lines)"
+        raise SpecError(f"{name}: expected {form} for one {kind[:-1]}")
+    if len(data) == 1 and isinstance(next(iter(data.values())), dict):
+        key, fields = next(iter(data.items()))
+        return _own_name(kind, name, str(key)), fields
+    named = data.get("name")  # the file's own name for it (name: 4090 too), else the file's
+    named = str(named).strip() if isinstance(named, (str, int, float)) and not isinstance(named, bool) else ""
+    from shardwise.presets.file_fields import checked_file_fields
+
+    data = checked_file_fields(kind, data, name)  # nested files near it; quantities with units
+    return _own_name(kind, name, named or Path(name).stem, from_file_name=not named), data
 
 
 def _own_name(kind: str, path: str, named: str, from_file_name: bool = False) -> str:
@@ -212,47 +229,20 @@ def model(name: str, **overrides: Any) -> Model:
             )
     _check_name("models", name)
     name = model_path(name)
-    if name.lower().endswith(".json"):  # a Hugging Face config.json
+    if name.lower().endswith(".json"):  # a Hugging Face config.json, or shardwise's own fields
         from shardwise import hf_config
 
         path = Path(name)
+        cfg = hf_config.load(path)
+        if hf_config.states_own_fields(cfg):  # read as a model YAML file is
+            key, data = _file_entry("models", name, cfg)
+            return _in_file(name, loaders.model_from_dict, key, {**data, **overrides})
         key = path.parent.name if path.stem == "config" and path.parent.name else path.stem
-        fields = hf_config.read(path)
+        fields = hf_config.read(path, cfg)
         hf_config.note_seq_len(fields, seq_len_given="seq_len" in overrides)
         return loaders.model_from_dict(key or "model", {**fields, **overrides})
     key, data = _lookup("models", name)
     return _in_file(name, loaders.model_from_dict, key, {**data, **overrides})
-
-
-def model_family_note(name: str | None) -> str | None:
-    """What a model YAML file that names no `family` was given silently: the gpt family's defaults
-    (`loaders.FAMILIES`) for the architecture flags it leaves out, in one line; None for a preset, a
-    config.json (its own architecture) or a file that names its family or sets every flag."""
-    if not name or name.lower().endswith(".json") or not _looks_like_path(name):
-        return None
-    _, data = _lookup("models", name)
-    if "family" in data:
-        return None
-    left = [f"{k} {str(v).lower()}" for k, v in loaders.FAMILIES["gpt"].items() if k not in data]
-    if not left:
-        return None
-    return (
-        f"{name} names no family: the gpt family's defaults fill what it leaves out ({', '.join(left)}); "
-        "add family: llama for untied embeddings, rotary positions, no biases and no dropout"
-    )
-
-
-def model_hf_id(name: str) -> str | None:
-    """The Hugging Face id a model preset (or a model YAML file) names (`hf_id` in models.yaml),
-    or None: a config.json, or a preset whose source names none."""
-    if name.lower().endswith(".json"):
-        return None
-    try:
-        _, data = _lookup("models", name)
-    except SpecError:
-        return None
-    found = data.get("hf_id")
-    return str(found) if found else None
 
 
 SYSTEM_FIELDS = (

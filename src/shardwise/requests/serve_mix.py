@@ -19,6 +19,9 @@ COLUMNS_TEXT = "the columns: input_len, output_len, and count, weight or request
 
 def request_mix(lengths: str) -> Any:
     """The `RequestMix` that --lengths names (None: fixed, the --input-len/--output-len of every request)."""
+    from shardwise.files import refuse_stdin
+
+    refuse_stdin(lengths, "--lengths")
     name = lengths.strip()
     if name.lower() == "fixed":
         return None
@@ -38,16 +41,19 @@ def read_lengths_csv(path: str) -> Any:
     weight or requests: how many requests each row stands for), then one row per request or bin."""
     import numpy as np
 
-    from shardwise.files import check_header, read_small
+    from shardwise.files import check_header, decode_table, read_small, sniff_delimiter
     from shardwise.specs.request_mix import RequestMix
 
     try:
-        text = read_small(path, MAX_CSV_BYTES, "lengths CSV").decode("utf-8-sig", errors="replace")
+        raw = read_small(path, MAX_CSV_BYTES, "lengths CSV")
     except SpecError as exc:
         raise SpecError(f"--lengths {exc}") from None
-    reader = csv.reader(io.StringIO(text))
+    # as Excel saves a table: UTF-16 "Unicode Text" too, and separated by semicolons or tabs
+    text = decode_table(raw, f"--lengths {path}")
+    known = ("input_len", "output_len", *WEIGHT_COLUMNS)
+    reader = csv.reader(io.StringIO(text), delimiter=sniff_delimiter(text, known.__contains__))
     header = [h.strip().lower() for h in next(reader, [])]
-    check_header(header, ("input_len", "output_len", *WEIGHT_COLUMNS), f"--lengths {path}", COLUMNS_TEXT)
+    check_header(header, known, f"--lengths {path}", COLUMNS_TEXT)
     weights_given = [c for c in WEIGHT_COLUMNS if c in header]
     if len(weights_given) > 1:
         raise SpecError(f"--lengths {path}: give one of the columns {' or '.join(weights_given)}, not both")
@@ -92,10 +98,11 @@ def _number(path: str, line: int, column: str, cell: str, whole: bool) -> float:
         value = float(cell)
     except ValueError:
         value = math.nan
+    point = " (with a decimal point, not a comma)" if "," in cell else ""  # a European Excel's decimal comma
     if whole and not (math.isfinite(value) and value >= 1 and value == int(value) and value <= 2**31):
         raise SpecError(f"--lengths {path} line {line}: {column} {cell!r} is not allowed; give a whole number >= 1")
     if not whole and not (math.isfinite(value) and value >= 0):
-        raise SpecError(f"--lengths {path} line {line}: {column} {cell!r} is not allowed; give a number >= 0")
+        raise SpecError(f"--lengths {path} line {line}: {column} {cell!r} is not allowed; give a number >= 0{point}")
     return value
 
 

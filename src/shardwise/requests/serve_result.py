@@ -322,12 +322,12 @@ def _model_id(model: str | None, hf_id: str | None, reshaped: bool = False) -> s
     if hf_id:
         return hf_id
     name = model or ""
-    if name.lower().endswith(".json"):
+    from shardwise.presets import is_hf_config, model_hf_id
+
+    if is_hf_config(name):
         import os
 
         return os.path.dirname(os.path.abspath(name))
-    from shardwise.presets import model_hf_id
-
     return model_hf_id(name) if name and not reshaped else None
 
 
