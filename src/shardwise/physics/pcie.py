@@ -36,8 +36,8 @@ Each hop runs peer-to-peer (P2P) or through host memory (NCCL's SHM transport):
   (NVIDIA/nccl#1603); a copy staged through host memory on a Gen5 pair 43 against 55-56 GB/s,
   0.77-0.78 (aikitoria's open-gpu-kernel-modules README, quoted by club-3090 docs/PCIE_P2P.md).
   Not against it: 8 A40 on two AMD EPYC 7302 all-reduce slightly faster with SHM than with P2P
-  across the sockets (nccl-tests#74), both bound by the socket link here. Before #37's second
-  pass (this rule) the staged hop moved at its path's rate (q = 1);
+  across the sockets (nccl-tests#74), both bound by the socket link here. Before #37's staged
+  share (this rule) the staged hop moved at its path's rate (q = 1);
 - an SHM hop on GPUs without P2P at all (`Cluster.p2p` off) at min(r B, U / k_u, D / (2 k_m), X
   across sockets), with k_u the staged streams that share one uplink (every GPU of the group
   behind that switch) and k_m those staged through one socket's DRAM (each written once, read
