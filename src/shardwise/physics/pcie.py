@@ -35,8 +35,9 @@ Each hop runs peer-to-peer (P2P) or through host memory (NCCL's SHM transport):
   NCCL 2.29.7); 4 RTX 4090 with P2P enabled, one NUMA node, 18 against 22 GB/s, 0.82
   (NVIDIA/nccl#1603); a copy staged through host memory on a Gen5 pair 43 against 55-56 GB/s,
   0.77-0.78 (aikitoria's open-gpu-kernel-modules README, quoted by club-3090 docs/PCIE_P2P.md).
-  Not against it: 8 A40 on two AMD EPYC 7302 all-reduce slightly faster with SHM than with P2P
-  across the sockets (nccl-tests#74), both bound by the socket link here. Before #37's staged
+  8 A40 on two AMD EPYC 7302 (nccl-tests#74, NCCL 2.8): on the 4 GPUs of one socket P2P beats
+  SHM, as here; across the sockets SHM is slightly faster than P2P, both bound by the socket link
+  here. Before #37's staged
   share (this rule) the staged hop moved at its path's rate (q = 1);
 - an SHM hop on GPUs without P2P at all (`Cluster.p2p` off) at min(r B, U / k_u, D / (2 k_m), X
   across sockets), with k_u the staged streams that share one uplink (every GPU of the group
