@@ -40,6 +40,7 @@ SYSTEMS = {
     "dgx-b200": "fp8",
     # other PCIe layouts (not in the default run): behind PCIe switches
     "l40s-8x-switch": "fp8",
+    "a100-pcie-8x-direct": "bf16",
     "h100-pcie-8x-switch": "fp8",
 }
 DEFAULT_SYSTEMS = ("l40s-8x", "a100-pcie-8x", "dgx-h100", "dgx-h200", "dgx-b200")

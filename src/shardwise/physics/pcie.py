@@ -4,7 +4,8 @@ the ring bandwidth its slowest hop leaves, by group size.
 Notation: p GPUs in the group (consecutive, as NCCL and the engines place them), s per switch,
 c per socket; B a GPU's sustained link rate, U a switch uplink's (B where none is given), X the
 socket interconnect's, D one socket's DRAM, r = `custom_allreduce.P2P_OFF_BANDWIDTH_RATIO` the
-rate of a transfer staged through host memory over a direct one (0.31, 2 x RTX 3090).
+rate of a transfer staged through host memory over a direct one on GPUs without P2P (0.31, 2 x
+RTX 3090), q = `SHM_STAGED_SHARE` the same on GPUs that have P2P (5/6, below).
 
 NCCL's ring visits the p GPUs in order, so its hops are of three kinds (nvidia-smi topo's names):
 PIX inside a switch, PHB between switches (or root ports) of one socket, SYS across sockets.
@@ -15,15 +16,29 @@ Each hop runs peer-to-peer (P2P) or through host memory (NCCL's SHM transport):
 - a P2P hop moves at B inside a switch, min(B, U) through the root complex, min(B, U, X) across
   sockets;
 - an SHM hop between GPUs that have P2P (NCCL stages it only because of its P2P level) moves at
-  its path's rate, min(B, U, X, D / (2 k_m)): NCCL's SHM transport pipelines the two legs (the
-  sender's stores into a host buffer on the receiver's side, src/transport/shm.cc
-  `SHM_LOCALITY` = receiver; the receiver's loads from it), so the hop runs at its slower leg,
-  which is how NCCL's own topology prices such a path (src/graph/paths.cc: a path's bandwidth is
-  its slowest link, GPU-CPU at PCI_BW, CPU-CPU at the socket link; nothing taken off for SHM).
-  Bare-metal evidence that a staged hop is not r B: 8 A40 on two AMD EPYC 7302 all-reduce slightly
-  faster with P2P through the root complex disabled, i.e. with SHM (nccl-tests#74); a copy staged
-  through host memory on a bare-metal PCIe Gen5 pair moves 43 GB/s against 55-56 GB/s with P2P
-  (aikitoria's open-gpu-kernel-modules README, quoted by club-3090 docs/PCIE_P2P.md);
+  min(q min(B, U), X, D / (2 k_m)): NCCL's SHM transport pipelines the two legs (the sender's
+  kernel stores into a host buffer on the receiver's side, src/transport/shm.cc `SHM_LOCALITY` =
+  receiver, "direct" unless NCCL_SHM_USE_CUDA_MEMCPY; the receiver's kernel loads from it), so the
+  hop runs at its slower leg: the loads. Their data comes back as read completions, which a root
+  complex splits at its read completion boundary (RCB, 64 or 128 bytes for a root complex: PCI
+  Express Base Specification, quoted by Intel AN 855 "Throughput for Reads"; 64, a cache line, on
+  the x86 hosts here), each with 20 bytes of framing, sequence number, 3-dword header and LCRC (AN
+  855): 64 / 84 of the wire. A P2P hop, and the store leg, move posted writes of 256 bytes (the
+  max payload size) with 24 bytes (a 4-dword header): 256 / 280. So q = (64 / 84) / (256 / 280) =
+  5/6 (`SHM_STAGED_SHARE`), the same share NCCL's own topology charges such a path on Intel CPUs:
+  a GPU -> GPU path without P2P is diverted through the receiver's CPU (src/graph/paths.cc
+  `addInterStep`, type PHB within a socket), and src/graph/search.cc `followPath` charges
+  `INTEL_P2P_OVERHEAD` (6/5) on any PHB path from a GPU through an Intel CPU, P2P or not; on AMD
+  CPUs NCCL charges nothing, though the read completions are the same. Measured, bare metal, the
+  same NCCL with SHM against P2P on one socket: 4 RTX PRO 6000 (PCIe Gen5, two AMD Turin) 36.0-37.6
+  against 44.9-46.6 GB/s all-reduce busbw from 16 to 128 MB, 0.80-0.81 (NVIDIA/nccl PR #2080,
+  NCCL 2.29.7); 4 RTX 4090 with P2P enabled, one NUMA node, 18 against 22 GB/s, 0.82
+  (NVIDIA/nccl#1603); a copy staged through host memory on a Gen5 pair 43 against 55-56 GB/s,
+  0.77-0.78 (aikitoria's open-gpu-kernel-modules README, quoted by club-3090 docs/PCIE_P2P.md).
+  8 A40 on two AMD EPYC 7302 (nccl-tests#74, NCCL 2.8): on the 4 GPUs of one socket P2P beats
+  SHM, as here; across the sockets SHM is slightly faster than P2P, both bound by the socket link
+  here. Before #37's staged
+  share (this rule) the staged hop moved at its path's rate (q = 1);
 - an SHM hop on GPUs without P2P at all (`Cluster.p2p` off) at min(r B, U / k_u, D / (2 k_m), X
   across sockets), with k_u the staged streams that share one uplink (every GPU of the group
   behind that switch) and k_m those staged through one socket's DRAM (each written once, read
@@ -46,22 +61,23 @@ Two rules of NCCL's topology depend on the CPU's maker (`PcieTopology.cpu`):
   writes into 64-byte packets, whose ~20-24 bytes of header and framing per packet leave about
   0.73 of the wire for data against about 0.92 with the 256-byte packets a GPU's own DMA uses: a
   ratio of about 0.8, which NCCL rounds to 5/6. NCCL charges no such overhead on a SYS path (its
-  rate is the socket link's), nor on a hop staged through host memory (no peer-to-peer packets),
-  and neither does this module. It applies only where P2P runs beyond a switch within a socket
-  (`p2p_beyond_switch`, NCCL_P2P_LEVEL=SYS on Intel): on `l40s-8x` (each L40S on its own root
-  port) TP 4 then rings at 19.9 GB/s, not the link's 23.9, and TP 8 at the same 19.9 (its hops
-  across the sockets at Sapphire Rapids' 22); NCCL's default there stages those hops through host
-  memory at the path's rate, 23.9 and 22.
+  rate is the socket link's), and neither does this module. Where P2P runs beyond a switch within
+  a socket (`p2p_beyond_switch`, NCCL_P2P_LEVEL=SYS on Intel) a hop between root ports moves at
+  5/6 of its path; NCCL's default stages it through host memory instead, whose loads come back in
+  64-byte read completions: the same 5/6 (`SHM_STAGED_SHARE`, above). On `l40s-8x` (each L40S on
+  its own root port) TP 2, 4 and 8 ring at 19.9 GB/s either way (TP 8's hops across the sockets at
+  Sapphire Rapids' 22 are not the slowest).
 - AMD: "Allow P2P between pairs of GPU devices on AMD systems" (src/graph/paths.cc
   `ncclTopoCheckP2p`: p2pLevel = PATH_SYS where the communicator's node has at most 2 GPUs), so a
   group of 2 GPUs on an AMD server runs P2P whatever lies between them, on GPUs that have P2P at
-  all. Its rate is the path's either way (a staged hop is priced at its path's rate above, and
-  host DRAM does not bind for two GPUs), so the rule changes the transport, not the price.
+  all: at its path's rate, not the staged hop's 5/6 (on `a100-pcie-8x` TP 2 rings at 23.9 GB/s,
+  TP 4 staged at 19.9, TP 8 at the socket link's 16).
 
 Why not r B beyond a switch (the rule before this change, #37): on `l40s-8x-switch` it priced TP 8's
 ring at 7.4 GB/s against TP 4's 23.9, and TP8/TP4 serving throughput of Llama 3 70B at a median
 0.5 (0.39 at 128/128 tokens), where #37 reports measured ratios near 1.05 (held out; nothing set from them).
-With the path's rate TP 8 rings at 22 GB/s (the Sapphire Rapids socket link NCCL assumes).
+With the path's rate TP 8 rang at 22 GB/s (the Sapphire Rapids socket link NCCL assumes), with
+the staged share at 19.9 (its hops across the switch uplinks, below the socket link).
 
 Checks (nothing here is fitted to them): 8 GPUs on PCIe Gen5, P2P everywhere (behind switches on
 one CPU, or two AMD Turin sockets with NCCL_P2P_LEVEL=SYS), measure 37.6-41.7 GB/s all-reduce
@@ -87,6 +103,15 @@ from shardwise.specs.pcie import PcieTopology
 INTEL_RC_P2P_SHARE = 5.0 / 6.0
 # NCCL src/graph/paths.cc ncclTopoCheckP2p: on AMD CPUs, P2P at PATH_SYS for at most 2 GPUs.
 AMD_P2P_ANYWHERE_MAX_GPUS = 2
+# A hop staged through host memory on GPUs that have P2P (module docstring): its loads come back as
+# read completions of a root complex's read completion boundary, 64 bytes, each with 20 bytes of
+# framing, header and LCRC; a P2P hop moves posted writes of 256 bytes with 24 (PCI Express Base
+# Specification via Intel AN 855). The staged hop's share of a P2P hop's rate: (64/84) / (256/280) = 5/6.
+PCIE_READ_COMPLETION_BYTES, PCIE_COMPLETION_OVERHEAD_BYTES = 64.0, 20.0
+PCIE_WRITE_PAYLOAD_BYTES, PCIE_WRITE_OVERHEAD_BYTES = 256.0, 24.0
+SHM_STAGED_SHARE = (PCIE_READ_COMPLETION_BYTES / (PCIE_READ_COMPLETION_BYTES + PCIE_COMPLETION_OVERHEAD_BYTES)) / (
+    PCIE_WRITE_PAYLOAD_BYTES / (PCIE_WRITE_PAYLOAD_BYTES + PCIE_WRITE_OVERHEAD_BYTES)
+)
 
 
 def _p2p_beyond_switch(top: PcieTopology, p2p: bool, ranks: Number) -> Number:
@@ -128,9 +153,12 @@ def ring_bandwidth_bytes_per_s(top: PcieTopology, link: Link, p2p: bool, ranks: 
     k_u = np.minimum(p, s) if all_staged else np.ones_like(p)
     k_m = np.minimum(p, c) if all_staged else np.minimum(switches, c / s)
     memory = np.where(d > 0, d / (2.0 * k_m), np.inf)
-    # SHM: GPUs without P2P at r B (measured on such cards); P2P-capable GPUs at the path's rate
-    leg = P2P_OFF_BANDWIDTH_RATIO * b if not p2p else b
-    staged = np.minimum(np.minimum(leg, u / k_u), memory)
+    # SHM: GPUs without P2P at r B (measured on such cards), the uplink shared; P2P-capable GPUs at
+    # the staged share of their path (the receiver's loads in 64-byte read completions)
+    if p2p:
+        staged = np.minimum(SHM_STAGED_SHARE * np.minimum(b, u), memory)
+    else:
+        staged = np.minimum(np.minimum(P2P_OFF_BANDWIDTH_RATIO * b, u / k_u), memory)
     pix = b if p2p_inside else staged
     path = np.minimum(b, u)
     # a P2P hop through an Intel root complex (PHB) at 5/6; across sockets (SYS) the socket link's
