@@ -97,8 +97,8 @@ def test_a3_high_all_reduce_across_nodes_is_slower_than_dgx_h100_by_its_nics():
 
 def test_public_runs_on_a_named_cloud_instance_use_its_preset_and_no_others_do():
     """A row takes a cloud preset when (and only when) its source names the instance
-    (tools/public_runs_stacks.py INSTANCES): MaxText's 'A3 (h100-80gb-8)' and the DeepSpeed blog's
-    NDm A100 v4; the rows' notes say so."""
+    (tools/public_runs_stacks.py INSTANCES): MaxText's 'A3 (h100-80gb-8)', the DeepSpeed blog's
+    NDm A100 v4 and the AWS blog's p5.48xlarge (torchtitan); the rows' notes say so."""
     import csv
     from pathlib import Path
 
@@ -107,7 +107,11 @@ def test_public_runs_on_a_named_cloud_instance_use_its_preset_and_no_others_do()
     path = Path(data_init).parent / "public_training_runs.csv"
     with path.open(encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    named = {"gcp-a3-high": "GCP A3 'h100-80gb-8'", "azure-ndm-a100-v4": "Azure NDm A100 v4"}
+    named = {
+        "gcp-a3-high": "GCP A3 'h100-80gb-8'",
+        "azure-ndm-a100-v4": "Azure NDm A100 v4",
+        "aws-p5": "AWS p5.48xlarge",
+    }
     clouds = {"gcp-", "aws-", "azure-"}
     on_cloud = [r for r in rows if any(r["system"].startswith(c) for c in clouds)]
     assert {r["system"] for r in on_cloud} == set(named)
@@ -116,3 +120,4 @@ def test_public_runs_on_a_named_cloud_instance_use_its_preset_and_no_others_do()
         assert f"system {r['system']}:" in r["parse_notes"]
     assert sum(r["system"] == "gcp-a3-high" for r in rows) == 5
     assert sum(r["system"] == "azure-ndm-a100-v4" for r in rows) == 4
+    assert sum(r["system"] == "aws-p5" for r in rows) == 4

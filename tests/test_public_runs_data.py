@@ -25,6 +25,7 @@ OTHER_TABLES = [
         "nemo_launcher_scaling.csv",
         "flagperf_nvidia.csv",
         "ms_swift.csv",
+        "torchtitan_blogs.csv",
     )
 ]
 MEGATRON_ROWS = 901
@@ -54,7 +55,7 @@ def importer(monkeypatch):
 
 def test_ids_count_on_from_the_megatron_table_into_the_other_stacks(rows):
     assert [r["id"] for r in rows] == [f"PUB-{i:04d}" for i in range(1, len(rows) + 1)]
-    assert len(rows) == MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3
+    assert len(rows) == MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8
     assert rows[MEGATRON_ROWS - 1]["framework"] == "megatron-core"
     assert "fms-fsdp" in rows[MEGATRON_ROWS]["source"]
 
@@ -339,7 +340,7 @@ def test_ms_swift_rows(rows):
     and ZeRO-3 (GA 2, HF gradient checkpointing); step times as published."""
     from shardwise.analyses import public_runs
 
-    new = rows[MEGATRON_ROWS + 207 + 177 + 11 + 30 :]
+    new = rows[MEGATRON_ROWS + 207 + 177 + 11 + 30 : MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3]
     assert [(r["framework"], r["tp"], r["dp"], r["fsdp"], r["ga"], r["measured"]) for r in new] == [
         ("megatron-core", "4", "2", "0", "8", "9.04"), ("deepspeed", "1", "8", "0", "2", "10.32"),
         ("deepspeed", "1", "8", "8", "2", "10.56"),
@@ -354,3 +355,31 @@ def test_ms_swift_rows(rows):
     assert zero2.overlap_grad_reduce is None  # ZeRO's own overlap_comm (swift's zero2.json), the preset's
     # packed samples: the documents' lengths, which set the attention's work, are not published
     assert all(public_runs.skip_reason(r).startswith("packed samples of documents of unstated length") for r in new)
+
+
+def test_torchtitan_blog_rows(rows):
+    """torchtitan runs of two blogs (tools/data/public_runs/torchtitan_blogs.csv): AWS's Llama 3 8B on 4
+    p5.48xlarge (32 H100, FSDP2 over all 32, local batch 1 at 8192 tokens, per-op selective AC) from
+    eager bf16 through torch.compile to torchao FP8 with and without the FP8 all-gather, priced on
+    aws-p5 under torchtitan (eager) and torchtitan-compile; and IBM/Meta's float8 post at 512 H100,
+    whose batch and checkpointing are not stated (unpriced)."""
+    from shardwise.analyses import public_runs, public_stacks
+
+    new = rows[MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 :]
+    assert len(new) == 8 and all(r["framework"] == "torchtitan" for r in new)
+    aws, ibm = new[:4], new[4:]
+    assert [r["measured"] for r in aws] == ["6475", "7166", "8624", "8950"]
+    assert all(
+        (r["model"], r["system"], r["num_gpus"], r["dp"], r["fsdp"], r["mbs"], r["gbs"], r["seq_len"])
+        == ("llama3-8b", "aws-p5", "32", "32", "32", "1", "32", "8192")
+        for r in aws
+    )
+    assert [public_stacks.execution(r)[0] for r in aws] == ["torchtitan"] + ["torchtitan-compile"] * 3
+    assert [r["precision"] for r in aws] == ["bf16", "bf16", "fp8", "fp8"]
+    assert ["fp8_allgather=on" in r["parse_notes"] for r in aws] == [False, False, False, True]
+    assert all(public_runs.skip_reason(r) == "" and r["framework_version"] == "torchtitan:ac90c36e3" for r in aws)
+    assert [(r["model"], r["tp"], r["dp"], r["measured"]) for r in ibm] == [
+        ("llama3-70b", "1", "512", "960"), ("llama3-70b", "1", "512", "1448"),
+        ("llama3-405b", "4", "128", "152"), ("llama3-405b", "4", "128", "217"),
+    ]  # fmt: skip
+    assert all(public_runs.skip_reason(r) == "layout incomplete" and not r["mbs"] for r in ibm)

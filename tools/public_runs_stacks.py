@@ -135,6 +135,11 @@ INSTANCES = (
         " per node, 4 x NDR200 200 Gb/s, BSC's user guide)",
     ),
     (
+        "(aws p5.48xlarge",
+        "aws-p5",
+        "system aws-p5: the source names p5.48xlarge (8 H100 80GB SXM on NVSwitch, 32 x 100 Gbps EFA v2 per instance)",
+    ),
+    (
         "(azure ndm a100 v4)",
         "azure-ndm-a100-v4",
         "system azure-ndm-a100-v4: the source names NDm A100 v4 (8 A100 80GB SXM4, 8 x 200 Gb/s HDR InfiniBand)",

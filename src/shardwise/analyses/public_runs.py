@@ -49,6 +49,7 @@ def source_of(row: dict[str, str]) -> str:
         ("NVIDIA/NeMo", "NVIDIA NeMo performance docs"),
         ("docs.nvidia.com", "NVIDIA NeMo performance docs"),
         ("Pai-Megatron", "alibaba Pai-Megatron-Patch"),
+        ("aws.amazon.com/blogs/machine-learning", "AWS Machine Learning Blog"),
     ):
         if key in src:
             return name
