@@ -37,6 +37,7 @@ import numpy as np
 
 from shardwise.engines.dp_attention import dp_attention, launch_tp, serving_expert_layout
 from shardwise.engines.dp_dense import group_params_delta, refuse_unsupported
+from shardwise.engines.engine_formats import check_engine_gpu
 from shardwise.engines.engine_kernels import KERNELS, layer_kernels, norm_fusion_max_bytes
 from shardwise.engines.engine_presets import engine, kv_cache_bytes, max_batched_tokens, max_sequences
 from shardwise.engines.forward import ForwardStages, forward_stages
@@ -151,6 +152,7 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
     if scn.model.is_hybrid:  # decode is a state update per Mamba-2 layer, not a KV-cache read: not built yet
         raise SpecError(f"model {scn.model.name!r}: serving a hybrid Mamba-2 model is not priced yet (training is)")
     cluster = scn.cluster
+    check_engine_gpu(wl.engine, cluster.gpu, "serving: engine")  # TensorRT-LLM not on V100 or AMD GPUs
     gap, base = RUNTIMES[wl.runtime]
     quantised = wl.weight_precision not in ("bf16", "fp16")
     inter = cluster.inter_node_link
