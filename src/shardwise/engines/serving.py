@@ -37,7 +37,7 @@ import numpy as np
 
 from shardwise.engines.dp_attention import dp_attention, launch_tp, serving_expert_layout
 from shardwise.engines.dp_dense import group_params_delta, refuse_unsupported
-from shardwise.engines.engine_formats import check_engine_gpu
+from shardwise.engines.engine_attention import serving_attention
 from shardwise.engines.engine_kernels import KERNELS, layer_kernels, norm_fusion_max_bytes
 from shardwise.engines.engine_presets import engine, kv_cache_bytes, max_batched_tokens, max_sequences
 from shardwise.engines.forward import ForwardStages, forward_stages
@@ -152,7 +152,6 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
     if scn.model.is_hybrid:  # decode is a state update per Mamba-2 layer, not a KV-cache read: not built yet
         raise SpecError(f"model {scn.model.name!r}: serving a hybrid Mamba-2 model is not priced yet (training is)")
     cluster = scn.cluster
-    check_engine_gpu(wl.engine, cluster.gpu, "serving: engine")  # TensorRT-LLM not on V100 or AMD GPUs
     gap, base = RUNTIMES[wl.runtime]
     quantised = wl.weight_precision not in ("bf16", "fp16")
     inter = cluster.inter_node_link
@@ -180,7 +179,7 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
         norm_fusion_max_bytes=fusion,
         moe_dispatcher=engine(wl.engine).moe_dispatcher,  # read with data-parallel attention alone
         precision=compute_precision(scn, wl.weight_precision),
-        flash_attention=True,
+        **serving_attention(wl.engine, cluster.gpu),  # the engine's kernel on this GPU (`engines.engine_attention`)
         recompute="none",
         schedule="1f1b",
         vpp=1,
