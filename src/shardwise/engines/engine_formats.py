@@ -65,7 +65,7 @@ attention kernel's, not the GEMMs'):
   (e4m3fnuz, its ROCm attention backends). FlashInfer's FP8 decode on Ampere is not counted here.
 - SGLang (`--kv-cache-dtype fp8_e4m3` / `fp8_e5m2`): the same GPUs (its Triton and FlashInfer
   backends, CDNA3 on AMD).
-- llama.cpp (`--cache-type-k/-v`): q8_0 and q4_0 among its cache types (f16, bf16, q8_0, q4_0,
+- llama.cpp (`--cache-type-k/-v`): q8_0 and q4_0 among its cache types (f32, f16, bf16, q8_0, q4_0,
   q4_1, iq4_nl, q5_0, q5_1: common/arg.cpp `kv_cache_types`), any GPU; not q4_k, FP8, INT4 or FP4.
 - FasterTransformer 5.x, plain PyTorch: 16 bits.
 """
