@@ -32,6 +32,9 @@ BASES = {
     "grok-1": 10000,
     **dict.fromkeys(("falcon-7b", "falcon-40b", "falcon-180b"), 10000),
     "gpt-neox-20b": 10000,
+    # config.json states none: its configuration class's default (models.yaml names it)
+    **dict.fromkeys(("aquila2-7b", "internlm-7b"), 10000),
+    **dict.fromkeys(("kimi-k2", "moonlight-16b"), 50000),
 }
 GEMMA = ("gemma2-2b", "gemma2-9b", "gemma2-27b", "gemma3-1b", "gemma3-4b", "gemma3-12b", "gemma3-27b")
 # (activation, gated) of the presets whose MLP is not the family's SwiGLU / GELU

@@ -28,7 +28,10 @@ def test_serving_bf16_defaults_on_a_gpu_without_it_are_refused():
         estimate_serving(scn, ServingWorkload(512, 128, 8))
     with pytest.raises(SpecError, match=r"kv_precision bf16"):
         estimate_serving(scn, ServingWorkload(512, 128, 8, "fp16"))
-    assert float(estimate_serving(scn, ServingWorkload(512, 128, 8, "fp16", "fp16")).tpot_s) > 0
+    # TensorRT-LLM (the API's default engine) does not run on Volta (`engines.engine_formats`)
+    with pytest.raises(SpecError, match=r"^serving: engine tensorrt-llm: .* does not run on v100"):
+        estimate_serving(scn, ServingWorkload(512, 128, 8, "fp16", "fp16"))
+    assert float(estimate_serving(scn, ServingWorkload(512, 128, 8, "fp16", "fp16", engine="vllm")).tpot_s) > 0
 
 
 def test_fp8_refusal_suggests_only_what_the_gpu_has():
@@ -44,8 +47,11 @@ def test_calibration_serving_row_without_precision_takes_the_gpus_16_bit_format(
     from shardwise.calibration.runs import _serving_run
 
     row = {"model": "gpt-1.3b", "system": "dgx-1-v100", "tp": "2", "input_len": "128", "output_len": "16"}
-    run = _serving_run({**row, "tpot_s": "0.01"}, "row 1")
+    run = _serving_run({**row, "tpot_s": "0.01", "engine": "vllm"}, "row 1")
     assert (run.case.workload.weight_precision, run.case.workload.kv_precision) == ("fp16", "fp16")
+    # the default engine, TensorRT-LLM, does not run on Volta: the row says so in one line
+    with pytest.raises(SpecError, match=r"^row 1: the model cannot express this run: serving: engine tensorrt-llm"):
+        _serving_run({**row, "tpot_s": "0.01"}, "row 1")
 
 
 def test_the_explorers_precision_controls_do_not_offer_bf16_on_v100():

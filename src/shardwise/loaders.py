@@ -95,6 +95,7 @@ _GPU_FIELDS = {
     "host_link": ("host_link_bytes_per_s", units.parse_rate_bytes_per_s),
     "host_adam": ("host_adam_params_per_s", real),  # parameters per second
     "gemm_kernels": ("gemm_kernels", str),
+    "vendor": ("vendor", str),
     "l2": ("l2_bytes", units.parse_bytes),
     "l2_bandwidth": ("l2_bandwidth_bytes_per_s", units.parse_rate_bytes_per_s),
     "gemm_table": ("gemm_table", list),  # named here as allowed; built by gemm_table_from_list

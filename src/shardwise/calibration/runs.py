@@ -67,7 +67,7 @@ READ = (
     *("recompute", "precision", "framework", "sequence_parallel", "zero", "fsdp", "gpus_per_node", "scope"),
     *("ep", "etp", "tflops_count"),
     *("micro_batches", "input_len", "output_len", "concurrency", "batch", "weight_precision", "kv_precision"),
-    "runtime",
+    *("runtime", "engine"),
     *REQUEST_COLUMNS,  # how the run ran: any cluster, plan or stack field of the request (`run_request`)
 )
 # columns of the public-runs table (src/shardwise/data/public_training_runs.csv) and of `measure`'s
@@ -244,8 +244,9 @@ def _positive(metric: str, text: str, where: str) -> float:
 
 def _serving_run(row: dict[str, str], where: str) -> Run:
     """A serving measurement: model, system, tp (pp), input_len, output_len, concurrency (alias
-    batch), weight_precision / kv_precision (or precision for both), runtime; one of ttft_s, tpot_s,
-    e2e_s, throughput_tokens_per_s (output tokens per second over all replicas)."""
+    batch), weight_precision / kv_precision (or precision for both), runtime, engine (a serving engine,
+    `specs.serving.ENGINE_NAMES`; default tensorrt-llm, which runs on neither V100 nor AMD GPUs); one
+    of ttft_s, tpot_s, e2e_s, throughput_tokens_per_s (output tokens per second over all replicas)."""
     from shardwise import presets
     from shardwise.calibration.cases import ServingCase
     from shardwise.engines.serving import plan_for_serving
@@ -277,7 +278,11 @@ def _serving_run(row: dict[str, str], where: str) -> Run:
         w, kv = (row.get("weight_precision") or precision).lower(), (row.get("kv_precision") or precision).lower()
         runtime = (row.get("runtime") or "graphs").lower()
         # NCCL, as these runs were always priced (serve's default is the engine's own kernel)
-        workload = ServingWorkload(*lengths, concurrency, w, kv, runtime, "none")
+        engine = (row.get("engine") or "tensorrt-llm").lower()
+        workload = ServingWorkload(*lengths, concurrency, w, kv, runtime, "none", engine)
+        from shardwise.engines.engine_formats import check_engine_gpu
+
+        check_engine_gpu(workload.engine, cluster.gpu, "serving: engine")  # TensorRT-LLM's: not on V100 or AMD
     except SpecError as exc:
         raise SpecError(f"{where}: {_cannot_express(exc)}") from None
     case = ServingCase(scn, workload, metric)

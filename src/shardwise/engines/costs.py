@@ -104,15 +104,16 @@ FIELDS = (
 
 
 def plan_layer_times(
-    fwd: LayerForward, gpu: Gpu, plan: Plan, training: bool = True, moe_layer: bool = False
+    fwd: LayerForward, gpu: Gpu, plan: Plan, training: bool = True, moe_layer: bool = False, flash: Number = None
 ) -> LayerTimes:
     """One layer's kernels (`physics.compute.layer_times`) as `plan`'s stack runs them, before LoRA
     (`training` False: a serving engine's forward pass; `moe_layer`: its MLP is the shared experts,
     which the pre-MLP norm does not feed), with the norms LoRA's adapters have return 16 bits
-    (`physics.lora.norm_returned`)."""
+    (`physics.lora.norm_returned`); `flash`: the fused attention's switch (default the plan's)."""
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
     return layer_times(
-        fwd, gpu, plan.precision, plan.flash_attention, plan.grad_accumulation_fusion, plan.attention_kernel,
+        fwd, gpu, plan.precision, plan.flash_attention if flash is None else flash, plan.grad_accumulation_fusion,
+        plan.attention_kernel,
         plan.eager_kernels,
         plan_accumulate_bytes(plan),
         plan.fp8_recipe, plan.cp_comm, gathered_shards=gathered_shards(plan.precision, plan.fp8_recipe, plan.tp, sp),
@@ -219,7 +220,12 @@ def layer_cost(
         fused_residual_norms=0 if moe_layer else plan.fused_residual_norms,
     )
     mlp = np.asarray(fwd.has_mlp, dtype=float)  # 0: the MLP's collectives are not there either
-    lt = plan_layer_times(fwd, gpu, plan, training, moe_layer)
+    # a serving engine (`Plan.serving_layer_kernels` set) decodes one new token with a fused kernel even
+    # where its prompts' attention is unfused (FasterTransformer's decoder masked multi-head attention,
+    # `engines.engine_attention`)
+    engine = bool(np.any(np.asarray(plan.serving_layer_kernels) > 0))
+    decode = engine and not training and q_len is not None and bool(np.all(np.asarray(q_len) == 1))
+    lt = plan_layer_times(fwd, gpu, plan, training, moe_layer, True if decode else None)
     lt = lora_layer_times(
         lt, fwd, plan.lora_rank, gpu, plan.precision, plan.grad_accumulation_fusion, plan.lora_targets, plan.fp8_recipe
     )

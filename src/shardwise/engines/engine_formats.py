@@ -1,34 +1,73 @@
-"""The weight formats a serving engine runs, and on which GPUs: a format an engine cannot run is
-refused in one line naming the field, the value and what that engine runs on that GPU (review 35:
-llama.cpp was priced in FP8, TensorRT-LLM in Q4_K, NVFP4 weights on A100 under TensorRT-LLM and
-FP8 weights on V100 under vLLM, all without a word). Checked where a request is built
-(`requests.serve.ServeRequest.setting`: the command line, the Python API, the explorer); the
-engines price what they are given (`analyses.serving_pcie` prices ExLlamaV2's EXL2 weights as int4
-with the plain-PyTorch preset's kernel counts).
+"""The GPUs a serving engine runs on, and the weight and KV-cache formats it runs on each: a GPU an
+engine does not run on, or a format it cannot run there, is refused in one line naming the field,
+the value and what that engine runs on that GPU (review 35: llama.cpp was priced in FP8,
+TensorRT-LLM in Q4_K, NVFP4 weights on A100 under TensorRT-LLM and FP8 weights on V100 under vLLM,
+all without a word). Checked where a request is built (`requests.serve.ServeRequest.setting`: the
+command line, the Python API, the explorer) and, for the GPU, by `engines.serving.serving_scenario`
+too; the engines price the formats they are given (`analyses.serving_pcie` prices ExLlamaV2's EXL2
+weights as int4 with the plain-PyTorch preset's kernel counts).
 
-The formats are each preset's `EnginePreset.weight_formats` (16 bits always: bf16 where the GPU has
-BF16, fp16 everywhere). What a format needs of the GPU is read from its preset, the four levels
-the presets tell apart: FP4 tensor cores (Blackwell), FP8 ones (Ada, Hopper, Blackwell; MI300),
-BF16 ones (Ampere on; MI250X) and none (V100, SM 7.0):
+A GPU's architecture is read from its preset (`architecture`): AMD's (`Gpu.vendor`) CDNA3 where it
+has FP8 (MI300X, MI325X), else CDNA2 (MI250X); NVIDIA's Blackwell where it has FP4 tensor cores,
+Hopper where it has FP8 ones and Hopper's GEMM kernels (`Gpu.gemm_kernels` sm90), Ada where it has
+FP8 ones otherwise, Ampere where it has BF16 ones, else Volta (V100, SM 7.0). 16 bits always run
+(bf16 where the GPU has BF16, fp16 everywhere).
 
+GPUs:
+- TensorRT-LLM 1.x: Ampere and later. Its supported hardware lists Blackwell, Hopper, Ada and
+  Ampere (nvidia.github.io/TensorRT-LLM/supported-hardware.html; 0.18.2's support matrix the same
+  three precisions rows without Volta), and the TensorRT it builds on dropped Volta in 10.5
+  ("NVIDIA Volta support (GPUs with compute capability 7.0) has been removed starting with
+  TensorRT 10.5", TensorRT 10.5.0 release notes; TensorRT-LLM 0.18 ships TensorRT 10.9). CUDA only:
+  no AMD GPU.
+- FasterTransformer 5.x: NVIDIA GPUs (CUDA only), Volta included (its kernels take sm70).
+- vLLM, SGLang, llama.cpp, plain PyTorch: NVIDIA and AMD (ROCm builds).
+
+Weights:
 - TensorRT-LLM: FP8 on Ada and later, INT8 and INT4 on Ampere and later (its support matrix,
   nvidia.github.io/TensorRT-LLM/0.18.2/reference/support-matrix.html, "Precision": Ampere FP16,
-  BF16, INT8, INT4; Ada and Hopper FP8 too; Volta not listed); NVFP4 on Blackwell only (Model
-  Optimizer's support matrix: FP4 weights and activations, "Blackwell and later"; TensorRT-LLM has
-  no weight-only NVFP4 path); MXFP4 (gpt-oss's experts) with FP8 tensor cores: its GPT-OSS guides
-  name Hopper and Blackwell (the level here admits Ada too). No GGUF block formats.
-- vLLM (0.34) and SGLang: FP8 weights with FP8 GEMMs on Ada and later, and weight-only FP8 (W8A16,
-  the Marlin kernel) on Ampere: vLLM `Fp8Config.get_min_capability` 80 and `use_marlin` where the
-  GPU lacks FP8 (vllm/model_executor/layers/quantization/fp8.py; its docs' quantization hardware
-  table: "Marlin (GPTQ/AWQ/FP8)" Ampere on, "FP8 (W8A8)" Ada on), SGLang's `Fp8LinearMethod` turns
-  Marlin on by itself where the GPU has no FP8 (`can_auto_enable_marlin_fp8`,
-  python/sglang/srt/layers/quantization/fp8.py); none on V100. INT8 and INT4 through GPTQ, which
-  runs on Volta (vLLM's table); NVFP4 on non-Blackwell GPUs weight-only through FP4 Marlin
-  (`is_fp4_marlin_supported`: SM 7.5 and up in vLLM's and SGLang's marlin_utils_fp4.py, 8.0 in
-  older vLLM), MXFP4 from SM 8.0 (vLLM `Mxfp4Config.get_min_capability` 80): neither on V100.
-- llama.cpp: its GGUF types (q8_0, q4_0, q4_k, mxfp4) on any GPU its CUDA backend runs; no FP8,
-  INT8/INT4 (GPTQ/AWQ) or NVFP4 weights.
+  BF16, INT8, INT4; Ada and Hopper FP8 too); NVFP4 on Blackwell only (Model Optimizer's support
+  matrix: FP4 weights and activations, "Blackwell and later"; TensorRT-LLM has no weight-only NVFP4
+  path); MXFP4 (gpt-oss's experts) on Hopper and Blackwell, the GPUs its GPT-OSS deployment guides
+  name (its MXFP4 MoE kernels: W4A16 on Hopper, W4A8 with FP8 or W4A4 on Blackwell; none for Ada).
+  No GGUF block formats.
+- vLLM (0.34) and SGLang on NVIDIA: FP8 weights with FP8 GEMMs on Ada and later, and weight-only FP8
+  (W8A16, the Marlin kernel) on Ampere: vLLM `Fp8Config.get_min_capability` 80 and `use_marlin`
+  where the GPU lacks FP8 (vllm/model_executor/layers/quantization/fp8.py; its docs' quantization
+  hardware table: "Marlin (GPTQ/AWQ/FP8)" Ampere on, "FP8 (W8A8)" Ada on), SGLang's
+  `Fp8LinearMethod` turns Marlin on by itself where the GPU has no FP8
+  (`can_auto_enable_marlin_fp8`, python/sglang/srt/layers/quantization/fp8.py); none on V100. INT8
+  and INT4 through GPTQ, which runs on Volta (vLLM's table); NVFP4 on non-Blackwell GPUs weight-only
+  through FP4 Marlin (`is_fp4_marlin_supported`: SM 7.5 and up in vLLM's and SGLang's
+  marlin_utils_fp4.py, 8.0 in older vLLM), MXFP4 from SM 8.0 (vLLM `Mxfp4Config.get_min_capability`
+  80): neither on V100.
+- vLLM on AMD (ROCm): its platform's `supported_quantization` (vllm/platforms/rocm.py: awq, gptq,
+  fp8, compressed-tensors, fbgemm_fp8, gguf, quark, mxfp4, petit_nvfp4, ...): GPTQ/AWQ INT8 and
+  INT4 on CDNA2 and CDNA3; FP8 (e4m3fnuz) only where the GPU has FP8 (CDNA3: MI300X, MI325X; Marlin
+  is CUDA-only, so no weight-only FP8 on MI250X); NVFP4 through Petit's kernels and MXFP4 on CDNA3.
+- SGLang on AMD: FP8 on CDNA3 (its MI300X DeepSeek-V3 path) and NVFP4 through Petit
+  (`petit_nvfp4`); MXFP4 is registered on HIP only where `mxfp_supported` (gfx950, MI355X, no
+  preset here: python/sglang/srt/layers/quantization/__init__.py); GPTQ/AWQ on ROCm is not
+  established for it here: refused.
+- llama.cpp: its GGUF types (q8_0, q4_0, q4_k, mxfp4) on any GPU its CUDA or HIP backend runs; no
+  FP8, INT8/INT4 (GPTQ/AWQ) or NVFP4 weights.
 - FasterTransformer 5.x and plain PyTorch: 16 bits only (their presets list no quantised format).
+
+KV cache (`--kv-precision`; the KV cache is read every decode step, so its format is the engine's
+attention kernel's, not the GEMMs'):
+- TensorRT-LLM: FP8 on Ada and later (FP8 is absent from Ampere's precision row, 0.18.2 support
+  matrix), INT8 on Ampere and later (its INT8 KV cache, kv_cache_quant_algo INT8), NVFP4 on
+  Blackwell (kv_cache_quant_algo NVFP4, Blackwell's FP4 attention kernels).
+- vLLM 0.34 (`--kv-cache-dtype fp8`): on NVIDIA from Ada: FlashAttention-2 (Ampere's backend) reads
+  no FP8 cache (FA3, Hopper, does), and the Triton attention kernel cannot convert FP8 below SM 8.9
+  ("fp8e4nv data type is not supported on CUDA arch < 89", triton/language/semantic.py; vLLM's own
+  kernel tests skip FP8 caches below capability 89 as a "Triton limitation"); on AMD on CDNA3
+  (e4m3fnuz, its ROCm attention backends). FlashInfer's FP8 decode on Ampere is not counted here.
+- SGLang (`--kv-cache-dtype fp8_e4m3` / `fp8_e5m2`): the same GPUs (its Triton and FlashInfer
+  backends, CDNA3 on AMD).
+- llama.cpp (`--cache-type-k/-v`): q8_0 and q4_0 among its cache types (f32, f16, bf16, q8_0, q4_0,
+  q4_1, iq4_nl, q5_0, q5_1: common/arg.cpp `kv_cache_types`), any GPU; not q4_k, FP8, INT4 or FP4.
+- FasterTransformer 5.x, plain PyTorch: 16 bits.
 """
 
 from __future__ import annotations
@@ -40,35 +79,108 @@ import numpy as np
 from shardwise.engines.engine_presets import ENGINES
 from shardwise.errors import SpecError
 
-# what a quantised format needs of the GPU under each engine (module docstring): "fp4" FP4 tensor
-# cores, "fp8" FP8 ones, "bf16" BF16 ones (Ampere on), "" any GPU
-_GPTQ_MARLIN = {"fp8": "bf16", "int8": "", "int4": "", "nvfp4": "bf16", "mxfp4": "bf16"}
-NEEDS: dict[str, dict[str, str]] = {
-    "tensorrt-llm": {"fp8": "fp8", "int8": "bf16", "int4": "bf16", "nvfp4": "fp4", "mxfp4": "fp8"},
-    "vllm": _GPTQ_MARLIN,
-    "sglang": _GPTQ_MARLIN,
-    "llama.cpp": {"q8_0": "", "q4_0": "", "q4_k": "", "mxfp4": ""},
+ARCH_NAMES = {
+    "volta": "Volta (SM 7.0)",
+    "ampere": "Ampere (SM 8.0/8.6)",
+    "ada": "Ada (SM 8.9)",
+    "hopper": "Hopper (SM 9.0)",
+    "blackwell": "Blackwell (SM 10.x/12.x)",
+    "cdna2": "CDNA2 (MI250X)",
+    "cdna3": "CDNA3 (MI300X, MI325X)",
+}
+NVIDIA = ("volta", "ampere", "ada", "hopper", "blackwell")
+AMPERE_ON = ("ampere", "ada", "hopper", "blackwell")
+ADA_ON = ("ada", "hopper", "blackwell")
+HOPPER_ON = ("hopper", "blackwell")
+BLACKWELL = ("blackwell",)
+CDNA = ("cdna2", "cdna3")
+CDNA3 = ("cdna3",)
+ANY = NVIDIA + CDNA
+AMPERE_CDNA3 = AMPERE_ON + CDNA3
+
+# the GPUs each engine runs on at all (module docstring)
+RUNS_ON: dict[str, tuple[str, ...]] = {
+    "tensorrt-llm": AMPERE_ON,
+    "vllm": ANY,
+    "sglang": ANY,
+    "llama.cpp": ANY,
+    "fastertransformer": NVIDIA,
+    "pytorch": ANY,
+}
+# the GPUs each engine runs each quantised weight format on (module docstring)
+WEIGHTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "tensorrt-llm": {"fp8": ADA_ON, "int8": AMPERE_ON, "int4": AMPERE_ON, "nvfp4": BLACKWELL, "mxfp4": HOPPER_ON},
+    "vllm": {"fp8": AMPERE_CDNA3, "int8": ANY, "int4": ANY, "nvfp4": AMPERE_CDNA3, "mxfp4": AMPERE_CDNA3},
+    "sglang": {"fp8": AMPERE_CDNA3, "int8": NVIDIA, "int4": NVIDIA, "nvfp4": AMPERE_CDNA3, "mxfp4": AMPERE_ON},
+    "llama.cpp": {"q8_0": ANY, "q4_0": ANY, "q4_k": ANY, "mxfp4": ANY},
     "fastertransformer": {},
     "pytorch": {},
 }
-assert all(set(NEEDS[e]) == set(ENGINES[e].weight_formats) - {"bf16", "fp16"} for e in ENGINES)
-_NEED_TEXT = {"fp4": "FP4 tensor cores (Blackwell)", "fp8": "FP8 tensor cores", "bf16": "an Ampere or later GPU"}
+# ... and each KV-cache format (module docstring)
+KV_CACHE: dict[str, dict[str, tuple[str, ...]]] = {
+    "tensorrt-llm": {"fp8": ADA_ON, "int8": AMPERE_ON, "nvfp4": BLACKWELL},
+    "vllm": {"fp8": ADA_ON + CDNA3},
+    "sglang": {"fp8": ADA_ON + CDNA3},
+    "llama.cpp": {"q8_0": ANY, "q4_0": ANY},
+    "fastertransformer": {},
+    "pytorch": {},
+}  # fmt: skip
+assert set(RUNS_ON) == set(WEIGHTS) == set(KV_CACHE) == set(ENGINES)
+assert all(set(WEIGHTS[e]) == set(ENGINES[e].weight_formats) - {"bf16", "fp16"} for e in ENGINES)
 
 
-def _has(gpu: Any, need: str) -> bool:
-    if need == "fp4":
-        return bool(np.all(np.asarray(gpu.peak_flops_per_s_fp4) > 0))
-    if need == "fp8":
-        return bool(np.all(np.asarray(gpu.peak_flops_per_s_fp8) > 0))
-    if need == "bf16":
-        return gpu.sixteen_bit == "bf16"
-    return True
+def architecture(gpu: Any) -> str:
+    """The GPU's architecture as its preset tells it (module docstring): a key of `ARCH_NAMES`."""
+    fp8 = bool(np.all(np.asarray(gpu.peak_flops_per_s_fp8) > 0))
+    if getattr(gpu, "vendor", "nvidia") == "amd":
+        return "cdna3" if fp8 else "cdna2"
+    if bool(np.all(np.asarray(gpu.peak_flops_per_s_fp4) > 0)):
+        return "blackwell"
+    if fp8:
+        return "hopper" if gpu.gemm_kernels == "sm90" else "ada"
+    return "ampere" if gpu.sixteen_bit == "bf16" else "volta"
+
+
+def _names(archs: tuple[str, ...]) -> str:
+    return ", ".join(ARCH_NAMES[a].split(" (")[0] for a in archs)
+
+
+def check_engine_gpu(engine: str, gpu: Any, field: str = "--framework") -> None:
+    """A SpecError (one line) where `engine` does not run on `gpu` at all (module docstring)."""
+    arch = architecture(gpu)
+    if arch in RUNS_ON[engine]:
+        return
+    version = ENGINES[engine].version
+    raise SpecError(
+        f"{field} {engine}: {engine} {version} does not run on {gpu.name} ({ARCH_NAMES[arch]}); it runs on "
+        f"{_names(RUNS_ON[engine])} GPUs; choose --framework {', '.join(e for e in RUNS_ON if arch in RUNS_ON[e])}"
+    )
+
+
+def _half(gpu: Any) -> list[str]:
+    return ["bf16", "fp16"] if gpu.sixteen_bit == "bf16" else ["fp16"]
 
 
 def weight_formats_on(engine: str, gpu: Any) -> list[str]:
     """The weight formats `engine` runs on `gpu`, 16 bits first."""
-    half = ["bf16", "fp16"] if gpu.sixteen_bit == "bf16" else ["fp16"]
-    return half + [f for f, need in NEEDS[engine].items() if _has(gpu, need)]
+    arch = architecture(gpu)
+    return _half(gpu) + [f for f, archs in WEIGHTS[engine].items() if arch in archs]
+
+
+def kv_formats_on(engine: str, gpu: Any) -> list[str]:
+    """The KV-cache formats `engine` keeps on `gpu`, 16 bits first."""
+    arch = architecture(gpu)
+    return _half(gpu) + [f for f, archs in KV_CACHE[engine].items() if arch in archs]
+
+
+def _refuse(what: str, rules: dict[str, tuple[str, ...]], engine: str, gpu: Any, precision: str, field: str) -> str:
+    """'`field` `precision`: `engine` cannot `what` on `gpu` (why)'."""
+    archs = rules.get(precision)
+    if archs:
+        why = f"it runs it on {_names(archs)} GPUs; {gpu.name} is {ARCH_NAMES[architecture(gpu)]}"
+    else:
+        why = "not a format it runs"
+    return f"{field} {precision}: {engine} cannot {what} on {gpu.name} ({why})"
 
 
 def check_weight_format(engine: str, gpu: Any, precision: str, field: str) -> None:
@@ -76,9 +188,13 @@ def check_weight_format(engine: str, gpu: Any, precision: str, field: str) -> No
     run weights in `precision` on `gpu`; 16 bits are `resolved`'s and `Gpu.no_bf16`'s to refuse."""
     if precision in ("bf16", "fp16") or precision in weight_formats_on(engine, gpu):
         return
-    need = NEEDS[engine].get(precision)
-    why = f"needs {_NEED_TEXT[need]}, which {gpu.name} lacks" if need else "not a format it runs"
-    raise SpecError(
-        f"{field} {precision}: {engine} cannot run {precision} weights on {gpu.name} ({why}); "
-        f"choose {', '.join(weight_formats_on(engine, gpu))}"
-    )
+    text = _refuse(f"run {precision} weights", WEIGHTS[engine], engine, gpu, precision, field)
+    raise SpecError(f"{text}; choose {', '.join(weight_formats_on(engine, gpu))}")
+
+
+def check_kv_format(engine: str, gpu: Any, precision: str, field: str) -> None:
+    """The same for the KV cache's format (module docstring)."""
+    if precision in ("bf16", "fp16") or precision in kv_formats_on(engine, gpu):
+        return
+    text = _refuse(f"keep its KV cache in {precision}", KV_CACHE[engine], engine, gpu, precision, field)
+    raise SpecError(f"{text}; choose {', '.join(kv_formats_on(engine, gpu))}")

@@ -37,6 +37,7 @@ import numpy as np
 
 from shardwise.engines.dp_attention import dp_attention, launch_tp, serving_expert_layout
 from shardwise.engines.dp_dense import group_params_delta, refuse_unsupported
+from shardwise.engines.engine_attention import serving_attention
 from shardwise.engines.engine_kernels import KERNELS, layer_kernels, norm_fusion_max_bytes
 from shardwise.engines.engine_presets import engine, kv_cache_bytes, max_batched_tokens, max_sequences
 from shardwise.engines.forward import ForwardStages, forward_stages
@@ -178,7 +179,7 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
         norm_fusion_max_bytes=fusion,
         moe_dispatcher=engine(wl.engine).moe_dispatcher,  # read with data-parallel attention alone
         precision=compute_precision(scn, wl.weight_precision),
-        flash_attention=True,
+        **serving_attention(wl.engine, cluster.gpu),  # the engine's kernel on this GPU (`engines.engine_attention`)
         recompute="none",
         schedule="1f1b",
         vpp=1,

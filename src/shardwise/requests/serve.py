@@ -184,6 +184,9 @@ class ServeRequest:
                     f"{cal.path}'s {cal.serving_runs} serving run(s) were fitted as static batches (as "
                     "--batching static prices them); these estimates keep the requests in flight"
                 )
+        from shardwise.engines.engine_formats import check_engine_gpu
+
+        check_engine_gpu(self.framework, cluster.gpu)  # TensorRT-LLM on V100 or an AMD GPU, ...
         if self.framework in FRAMEWORK_NVLS_OFF and options.get("nvls") is None:
             cluster = cluster.with_(nvls=False)
         if options.get("system"):  # the system's PCIe switches and sockets, if its preset has them
@@ -249,9 +252,13 @@ class ServeRequest:
             name, _, rest = text.partition(": ")
             flags = {"input_len": "--input-len", "output_len": "--output-len", "batch": "--concurrency"}
             raise SpecError(f"{flags[name]}: {rest}" if name in flags and rest else str(exc)) from None
-        from shardwise.engines.engine_formats import check_weight_format
+        from shardwise.engines.engine_attention import serving_attention_note
+        from shardwise.engines.engine_formats import check_kv_format, check_weight_format
 
         check_weight_format(self.framework, cluster.gpu, workload.weight_precision, "--weight-precision")
+        check_kv_format(self.framework, cluster.gpu, workload.kv_precision, "--kv-precision")
+        if (attention := serving_attention_note(self.framework, cluster.gpu)) is not None:
+            notes.append(attention)
         mix = request_mix(self.lengths)
         if mix is None and (total := workload.input_len + workload.output_len) > model.seq_len:
             notes.append(  # priced all the same: a preset's sequence length may be its pre-training one

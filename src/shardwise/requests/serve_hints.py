@@ -38,7 +38,9 @@ def fit_hint(s: Any, est: Any) -> str:
     for width in sorted({_width(f) for f in runs if _width(f) < _width(wl.weight_precision)}, reverse=True):
         w = next(f for f in runs if _width(f) == width)
         tries.append((f"--weight-precision {w}", f"tp={tp},pp={pp}", replace(wl, weight_precision=w)))
-    if wl.kv_precision in ("bf16", "fp16"):
+    from shardwise.engines.engine_formats import kv_formats_on
+
+    if wl.kv_precision in ("bf16", "fp16") and "fp8" in kv_formats_on(wl.engine, s.cluster.gpu):
         tries.append(("--kv-precision fp8", f"tp={tp},pp={pp}", replace(wl, kv_precision="fp8")))
     tries += [
         (f"tp={tp * 2},pp={pp}", f"tp={tp * 2},pp={pp}", wl),

@@ -31,6 +31,8 @@ SDPA_FLASH_BACKENDS = ("fa2", "aotriton")
 # The GEMM kernels a GPU's libraries run (`physics.gemm` module docstring): "generic" (multistage
 # tiles: Ampere, Ada, consumer, AMD), "sm90" (Hopper), "sm100" (data-centre Blackwell)
 GEMM_KERNELS = ("generic", "sm90", "sm100")
+# Who makes the GPU: what software stacks run on it at all (CUDA or ROCm; `engines.engine_formats`)
+VENDORS = ("nvidia", "amd")
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,7 @@ class Gpu:
     # products of at most this many rows run as matrix-vector kernels that reduce K inside the kernel,
     # with no split-K reduction kernel (llama.cpp's mmvq / mul_mat_vec; set by `engines.serving`; 0: none)
     matvec_max_rows: int = 0
+    vendor: str = "nvidia"  # `VENDORS`: NVIDIA (CUDA) or AMD (ROCm), which serving engines run on it
 
     def __post_init__(self) -> None:
         chk.text("gpu: name", self.name)
@@ -155,6 +158,7 @@ class Gpu:
         chk.one_of(f"{p}: sdpa_flash_backend", self.sdpa_flash_backend, SDPA_FLASH_BACKENDS)
         chk.within(f"{p}: tdp_w", self.tdp_w, 0.0, 1e5, "W (0: not given)")
         chk.one_of(f"{p}: gemm_kernels", self.gemm_kernels, GEMM_KERNELS)
+        chk.one_of(f"{p}: vendor", self.vendor, VENDORS)
         chk.within(f"{p}: l2_bytes", self.l2_bytes, 0.0, 1e11, "bytes (0: not given)")
         chk.within(f"{p}: l2_bandwidth_bytes_per_s", self.l2_bandwidth_bytes_per_s, 0.0, 1e15, "B/s (0: not given)")
         chk.non_negative_int(f"{p}: matvec_max_rows", self.matvec_max_rows)

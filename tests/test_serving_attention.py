@@ -1,0 +1,87 @@
+"""Serving on a GPU without FlashAttention (V100, SM 7.0) prices what each engine runs there
+(`engines.engine_attention`): vLLM's and SGLang's Triton kernels and plain PyTorch's SDPA
+memory-efficient kernel at the memory-efficient kernel's speed, FasterTransformer's unfused context
+attention (its decodes fused), llama.cpp's own kernels as before; training already did
+(`requests.attention`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardwise import presets
+from shardwise.engines.serving import estimate_serving, plan_for_serving, serving_scenario
+from shardwise.errors import SpecError
+from shardwise.specs import Scenario
+from shardwise.specs.serving import ServingWorkload
+
+
+def _scn(gpu_flash: bool = False, model: str = "llama2-13b", tp: int = 1) -> Scenario:
+    cluster = presets.system("dgx-1-v100")
+    if gpu_flash:  # the same V100 as if it ran the fused kernels: what serving priced before
+        cluster = cluster.with_(gpu=cluster.gpu.with_(flash_attention=True))
+    return Scenario(presets.model(model), cluster, plan_for_serving(tp, 1, 8 // tp))
+
+
+def _wl(engine: str, prompt: int = 4096) -> ServingWorkload:
+    return ServingWorkload(prompt, 128, 8, "fp16", "fp16", engine=engine)
+
+
+@pytest.mark.parametrize(
+    ("engine", "kernel", "flash"),
+    [
+        ("vllm", "sdpa-mem-efficient", True),
+        ("sglang", "sdpa-mem-efficient", True),
+        ("pytorch", "sdpa-mem-efficient", True),
+        ("fastertransformer", "fused", False),
+        ("llama.cpp", "fused", True),
+    ],
+)
+def test_each_engine_runs_its_own_attention_on_a_v100(engine, kernel, flash):
+    plan = serving_scenario(_scn(), _wl(engine)).plan
+    assert (plan.attention_kernel, bool(plan.flash_attention)) == (kernel, flash)
+    a100 = Scenario(presets.model("llama2-13b"), presets.system("dgx-a100"), plan_for_serving(1, 1, 8))
+    plan = serving_scenario(a100, ServingWorkload(4096, 128, 8, engine=engine)).plan
+    assert (plan.attention_kernel, bool(plan.flash_attention)) == ("fused", True)  # unchanged where FA2 runs
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "pytorch", "fastertransformer"])
+def test_the_fallbacks_cost_prompts_not_decodes(engine):
+    """A long prompt's attention is compute: the fallback kernels take longer than the fused ones; a
+    decode step reads the KV cache whichever kernel runs it (FasterTransformer's decoder kernel is
+    fused, `engines.costs.layer_cost`)."""
+    now, fused = (estimate_serving(_scn(flag), _wl(engine)) for flag in (False, True))
+    assert float(now.ttft_s) > 1.03 * float(fused.ttft_s)
+    assert float(now.tpot_s) == pytest.approx(float(fused.tpot_s), rel=0.01)
+
+
+def test_unfused_prompts_cost_more_than_the_memory_efficient_kernel():
+    ft, vllm = (float(estimate_serving(_scn(), _wl(e, 8192)).ttft_s) for e in ("fastertransformer", "vllm"))
+    assert ft > vllm
+
+
+def test_llama_cpp_keeps_its_own_kernels_on_volta():
+    now, fused = (estimate_serving(_scn(flag), _wl("llama.cpp")) for flag in (False, True))
+    assert float(now.ttft_s) == pytest.approx(float(fused.ttft_s)) and float(now.tpot_s) == pytest.approx(
+        float(fused.tpot_s)
+    )
+
+
+def test_tensorrt_llm_is_refused_on_volta():
+    with pytest.raises(SpecError, match=r"^serving: engine tensorrt-llm: tensorrt-llm 1.x .*Volta"):
+        estimate_serving(_scn(), _wl("tensorrt-llm"))
+
+
+def test_serve_says_what_it_priced(cli):
+    v100 = ["serve", "--model", "llama3-8b", "--system", "dgx-1-v100", "--plan", "tp=1", "--framework", "vllm"]
+    code, _, err = cli(v100)
+    assert code == 0, err
+    assert "v100-sxm2-32gb runs no FlashAttention" in err and "TRITON_ATTN" in err, err
+    code, _, err = cli(["serve", "--model", "llama3-8b", "--system", "dgx-a100", "--plan", "tp=1"])
+    assert code == 0 and "FlashAttention" not in err, err
+
+
+def test_context_parallel_prompts_on_volta_take_no_pytorch_ring():
+    """vLLM's prefill context parallelism all-gathers keys and values; the memory-efficient kernel's
+    PyTorch ring bookkeeping (training's) is not added (`cp_comm` all_gather)."""
+    scn = serving_scenario(_scn(tp=2), _wl("vllm"))
+    assert scn.plan.cp_comm == "all_gather"
