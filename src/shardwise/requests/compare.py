@@ -19,6 +19,7 @@ from typing import Any
 
 from shardwise.errors import SpecError
 from shardwise.requests import fields as F
+from shardwise.requests.field_names import check_framework
 from shardwise.requests.field_ranges import check_experiment, require
 from shardwise.requests.fields import EXPERIMENT_FIELDS as TABLE
 
@@ -70,6 +71,7 @@ class ExperimentRequest:
         if isinstance(self.precision, str):  # as the command line's choice takes it: BF16 is bf16
             object.__setattr__(self, "precision", self.precision.lower())
         check_experiment(self)
+        check_framework(self.framework)  # a preset's name or a file, as predict's request checks it
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str = "") -> ExperimentRequest:

@@ -23,6 +23,7 @@ from shardwise.errors import SpecError
 from shardwise.precisions import FP8_PRECISIONS
 from shardwise.presets.stack_defaults import recompute_origin, resolve_recompute
 from shardwise.requests import fields as F
+from shardwise.requests.field_names import check_names
 from shardwise.requests.field_ranges import check_training, require
 from shardwise.requests.fields import default
 from shardwise.requests.idle_flags import refuse_expert_flags, refuse_idle_flags
@@ -116,6 +117,7 @@ class TrainingRequest:
         if isinstance(self.precision, str):  # as the command line's choice takes it: BF16 is bf16
             object.__setattr__(self, "precision", self.precision.lower())
         check_training(self)  # the ranges the command line checks, before anything prints `--tp 0`
+        check_names(self)  # the framework, precision and other names, as the command line refuses them
         # a recipe given (not the framework's default) says how FP8 casts: with another precision
         # it would change nothing, so it is refused rather than silently ignored
         if self.fp8_recipe is not None and self.precision not in FP8_PRECISIONS:
