@@ -102,3 +102,18 @@ def test_serving_workloads_name_no_recompute():
     data = CrossoverRequest(exp, vary="batch=8").run().as_dict()
     assert data["framework"] == "torchtitan" and "recompute" not in data
     assert data["series"][0]["recompute"] == ""
+
+
+def test_plan_json_and_csv_name_the_framework_and_where_recompute_came_from():
+    """`plan` searches the recompute mode (each row's `recompute` and `recompute_layers`); its JSON
+    and CSV name the stack searched under, and the JSON whether the mode was searched or given."""
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "16", "--top", "2"]
+    data = json.loads(CliRunner().invoke(main, [*args, "--framework", "torchtitan", "--json"]).stdout)
+    assert (data["framework"], data["recompute_source"]) == ("torchtitan", "searched")
+    assert all("recompute" in row and "recompute_layers" in row for row in data["plans"])
+    data = json.loads(CliRunner().invoke(main, [*args, "--recompute", "full", "--json"]).stdout)
+    assert (data["framework"], data["recompute_source"]) == ("megatron-core", "--recompute")
+    assert {row["recompute"] for row in data["plans"]} == {"full"}
+    out = CliRunner().invoke(main, [*args, "--framework", "maxtext", "-o", "-"])
+    rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    assert rows and {r["framework"] for r in rows} == {"maxtext"} and "recompute" in rows[0]
