@@ -117,3 +117,17 @@ def test_plan_json_and_csv_name_the_framework_and_where_recompute_came_from():
     out = CliRunner().invoke(main, [*args, "--framework", "maxtext", "-o", "-"])
     rows = list(csv.DictReader(io.StringIO(out.stdout)))
     assert rows and {r["framework"] for r in rows} == {"maxtext"} and "recompute" in rows[0]
+
+
+def test_sweeps_text_and_timelines_json_name_the_recompute():
+    args = ["--model", "llama3-8b", "--system", "dgx-h100", "--framework", "torchtitan"]
+    out = CliRunner().invoke(
+        main, ["sweep", *args, "--plan", "tp=8", "--plan", "pp=8,recompute=full", "--vary", "batch=8"]
+    )
+    text = " ".join(out.output.split())
+    assert "priced under torchtitan; recompute (the stack's default" in text
+    assert "tp=8 every-second-layer, pp=8,recompute=full full" in text
+    out = CliRunner().invoke(main, ["timeline", *args, "--global-batch", "16", "--pp", "2", "--json"])
+    data = json.loads(out.stdout)
+    assert (data["framework"], data["recompute"], data["recompute_layers"]) == ("torchtitan", "none", 8)
+    assert data["recompute_source"] == "framework default"
