@@ -31,7 +31,6 @@ class TimelineResult:
     def as_dict(self) -> dict[str, Any]:
         """The JSON `timeline --json` prints: the summary and every operation."""
         from shardwise import export
-
         from shardwise.presets.stack_defaults import resolve_recompute
 
         data = export.simulation_dict(self.simulated, self.closed_form_step_time_s)
