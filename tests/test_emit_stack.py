@@ -36,8 +36,11 @@ def test_predict_emit_deepspeed_without_flash_attention_names_the_flag(cli):
 
 def test_another_framework_named_keeps_its_price_and_says_so(cli):
     emitted, err = _json(cli, ["predict", *JOB, "--zero", "3", "--framework", "fsdp", "--emit", "torchtitan"])
-    own, _ = _json(cli, ["predict", *JOB, "--zero", "3", "--framework", "fsdp"])
+    # fsdp's price of the plan the launch runs: llama3_8b's own activation checkpointing, SelectiveAC
+    # (`emit_stack.launch_recompute`), which the command that prices it states
+    own, _ = _json(cli, ["predict", *JOB, "--zero", "3", "--framework", "fsdp", "--recompute", "selective"])
     assert emitted["step_time_s"] == own["step_time_s"]
+    assert "--recompute selective" in emitted["command"] and emitted["recompute_source"] == "--emit torchtitan"
     assert "the times are --framework fsdp's, not those of torchtitan-compile" in err
     code, out, _ = cli(["predict", *JOB, "--zero", "3", "--framework", "fsdp", "--emit", "torchtitan"])
     assert code == 0

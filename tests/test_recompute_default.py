@@ -138,10 +138,52 @@ def test_torchtitan_on_a_mixture_of_experts_says_its_default_is_not_priced():
 
 @pytest.mark.parametrize("framework", [None, "torchtitan"])
 def test_emit_torchtitan_prices_the_mode_its_launch_writes(framework):
-    """torchtitan's launch states activation_checkpoint.mode from the plan, not its job config's
-    every-second-layer default: without --recompute, `--emit torchtitan` prices and writes none."""
+    """torchtitan's launch names a config function, whose own activation_checkpoint the job runs
+    (torchtitan main @b5bcd76c: llama3_8b SelectiveAC, per-op; main has no every-N-th-layer option
+    since pytorch/torchtitan#2357): without --recompute, `--emit torchtitan` prices that mode, writes
+    it, and says so in a note, the header and the JSON."""
     fields = {**JOB, **({"framework": framework} if framework else {})}
     result = PredictRequest(TrainingRequest(**fields), emit="torchtitan").run()
     plan = result.scenario.plan
-    assert (plan.recompute.label, int(plan.recompute_layers)) == ("none", 0)
-    assert "activation-checkpoint:none" in result.launch_text()
+    assert (plan.recompute.label, int(plan.recompute_layers)) == ("selective", 0)
+    assert "activation-checkpoint:selective" in result.launch_text()
+    assert any("llama3_8b's activation_checkpoint" in n for n in result.notes)
+    assert result.as_dict()["recompute_source"] == "--emit torchtitan"
+    assert "torchtitan launch runs it" in result.recompute_from
+
+
+def test_emit_torchtitan_takes_each_config_functions_own_mode():
+    """llama3_70b's config function sets FullAC: priced and written full; --recompute still wins."""
+    job = {"model": "llama3-70b", "system": "dgx-h100", "nodes": 4, "global_batch": 64, "framework": "torchtitan"}
+    result = PredictRequest(TrainingRequest(**job), emit="torchtitan").run()
+    assert result.scenario.plan.recompute.label == "full"
+    assert "activation-checkpoint:full" in result.launch_text()
+    given = PredictRequest(TrainingRequest(**job, recompute="selective", tp=8), emit="torchtitan").run()
+    assert given.scenario.plan.recompute.label == "selective"
+    assert "activation-checkpoint:selective" in given.launch_text()
+    assert given.as_dict()["recompute_source"] == "--recompute"
+    assert not any("activation_checkpoint (" in n for n in given.notes)
+
+
+def test_emit_megatron_keeps_the_stacks_none_without_a_note():
+    result = PredictRequest(TrainingRequest(**JOB, tp=2, pp=2), emit="megatron").run()
+    assert result.scenario.plan.recompute.label == "none"
+    assert not any("recompute" in n for n in result.notes)
+    assert result.as_dict()["recompute_source"] == "--emit megatron"
+
+
+def test_resolve_recompute_is_the_one_reading():
+    """predict's plan, its JSON source and crossover's count come from `resolve_recompute`."""
+    from shardwise.presets.stack_defaults import resolve_recompute
+
+    choice = resolve_recompute("torchtitan")
+    assert (choice.mode, choice.every, choice.source) == ("none", 2, "framework default")
+    assert choice.layers(32, 2, 2) == 4 and choice.layers(32, 1, moe=True) == 0
+    assert resolve_recompute("torchtitan", "full").as_dict() == {
+        "recompute": "full",
+        "recompute_every": 0,
+        "recompute_source": "--recompute",
+    }
+    assert resolve_recompute("torchtitan", None, 3).source == "--recompute-layers"
+    assert resolve_recompute("maxtext").words() == "full (maxtext's default)"
+    assert resolve_recompute("torchtitan").words() == "every second layer whole (torchtitan's default)"

@@ -108,11 +108,12 @@ def test_emit_megatron_writes_the_modules_and_torchtitan_refuses_them():
 
 
 def test_the_command_line_refuses_a_bad_module_in_one_line(cli):
+    """In the flag's words: the request checks the names when built (`requests.field_names`)."""
     args = ["predict", "--model", "qwen3-30b-a3b", "--system", "dgx-h100", "--ep", "8", "--global-batch", "64"]
     code, out, err = cli([*args, "--recompute", "selective", "--recompute-modules", "moe_act,bogus"])
     assert code == 2 and "Traceback" not in err
     assert err.strip().splitlines() == [
-        "error: plan: recompute_modules 'bogus' is not allowed; choose from core_attn, moe_act, layernorm, "
+        "error: --recompute-modules: 'bogus' is not allowed; choose from core_attn, moe_act, layernorm, "
         "mla_up_proj, mlp, moe, shared_experts"
     ]
     code, out, _ = cli([*args, "--recompute", "selective", "--recompute-modules", "moe_act,layernorm"])

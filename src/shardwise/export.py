@@ -240,7 +240,10 @@ def _finite(value: Any) -> Any:
 
 def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
     from shardwise.analyses.crossover import crossing_breakdown, describe_crossing
+    from shardwise.analyses.evaluate import recompute_label
     from shardwise.analyses.experiment import SI_UNIT
+
+    plans = {p.label: p for p in result.experiment.plans}
 
     return {
         "variable": result.variable,
@@ -262,6 +265,7 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
                 "time_s_low": [None if v != v else v for v in plain(result.band(s)[0])],
                 "time_s_high": [None if v != v else v for v in plain(result.band(s)[1])],
                 "fits_in_memory": plain(s.fits),
+                "recompute": recompute_label(result.experiment, plans[s.plan]),  # "" outside training
             }
             for s in result.series
         ],
@@ -286,6 +290,7 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
 
 
 def sweep_dict(result: Any, elapsed: float) -> dict[str, Any]:
+    from shardwise.analyses.evaluate import recompute_label
     from shardwise.analyses.experiment import DISPLAY_SCALE, DISPLAY_UNIT, SI_UNIT
 
     return {
@@ -299,6 +304,8 @@ def sweep_dict(result: Any, elapsed: float) -> dict[str, Any]:
         "seconds": elapsed,
         "configurations_per_s": result.points / elapsed if elapsed > 0 else None,
         "winner_cells": result.winner_cells(),
+        # what each training plan recomputes (`analyses.evaluate.recompute_label`; "" outside training)
+        "recompute_by_plan": {p.label: recompute_label(result.experiment, p) for p in result.experiment.plans},
         "interval": {
             "level": 0.8,
             # calibrated: each point's own width (analyses.bands); else one width for all

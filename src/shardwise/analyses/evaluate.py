@@ -93,11 +93,41 @@ def _plan_kwargs(exp: Experiment, plan: PlanSpec, x: Mapping[str, np.ndarray]) -
     """Plan keyword arguments of the experiment and the plan; serving spreads the experts over the
     TP GPUs, so etp = tp / ep there unless given (`rules.serving_expert_rule`)."""
     kwargs = {"micro_batch": exp.micro_batch, **exp.plan_defaults, **plan.plan_kwargs()}
+    whole = recomputed_whole(exp, plan, x)
+    if not (np.ndim(whole) == 0 and whole == 0):
+        kwargs["recompute_layers"] = whole
     if exp.workload in ("decode", "prefill") and kwargs.get("ep", 1) > 1 and not kwargs.get("etp"):
         from shardwise.specs.rules import serving_expert_tp
 
         kwargs["etp"] = serving_expert_tp(np.asarray(x["tp"]).astype(int), kwargs["ep"], 0)
     return kwargs
+
+
+def recomputed_whole(exp: Experiment, plan: PlanSpec, x: Mapping[str, Any]) -> Any:
+    """The layers of each model chunk a training plan recomputes whole by the stack's default
+    (`Experiment.recompute_every`, `specs.stages.every_nth_whole`): 0 where the plan's `recompute=`
+    key sets the mode, for a mixture of experts, and outside training."""
+    from shardwise.specs.stages import every_nth_whole
+
+    if exp.workload != "train" or exp.recompute_every == 0 or "recompute" in plan.plan_kwargs() or exp.model.is_moe:
+        return 0
+    vpp = plan.plan_kwargs().get("vpp", exp.plan_defaults.get("vpp", 1))
+    return every_nth_whole(np.asarray(x["layers"]), np.asarray(x["pp"]), vpp, exp.recompute_every)
+
+
+def recompute_label(exp: Experiment, plan: PlanSpec) -> str:
+    """What a training plan of the experiment recomputes, as the CSVs of crossover and sweep name it:
+    none, selective or full (the plan's `recompute=` key, else the stack's mode), or
+    every-N-th-layer (the stack's default of every N-th layer whole, `recomputed_whole`); "" outside training."""
+    if exp.workload != "train" or exp.cost_model == "textbook":
+        return ""
+    own = plan.plan_kwargs().get("recompute")
+    if own is not None:
+        return str(getattr(own, "label", own))
+    if exp.recompute_every and not exp.model.is_moe:
+        return f"every-{exp.recompute_every}-layer" if exp.recompute_every != 2 else "every-second-layer"
+    mode = exp.plan_defaults.get("recompute", "none")
+    return str(getattr(mode, "label", mode))
 
 
 def _check_names(grid: Mapping[str, np.ndarray]) -> None:

@@ -139,6 +139,19 @@ class SweepResult:
         names = np.array([*self.plans, ""], dtype=object)
         yield "winner", np.concatenate([names[self.winner(link).ravel()] for link in self.links])
         yield "margin", np.concatenate([self.margin(link).ravel() for link in self.links])
+        yield from stack_columns(self.experiment, n * len(self.links))
+
+
+def stack_columns(exp: Experiment, rows: int) -> Iterator[tuple[str, np.ndarray]]:
+    """The stack priced, on every row of the table: `framework`, and for a training step
+    `recompute[PLAN]`, what each plan recomputes (`analyses.evaluate.recompute_label`)."""
+    from shardwise.analyses.evaluate import recompute_label
+
+    yield "framework", np.full(rows, str(exp.plan_defaults.get("framework") or "megatron-core"), dtype=object)
+    for plan in exp.plans:
+        label = recompute_label(exp, plan)
+        if label:
+            yield f"recompute[{plan.label}]", np.full(rows, label, dtype=object)
 
 
 def run_sweep(

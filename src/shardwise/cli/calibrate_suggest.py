@@ -40,9 +40,9 @@ def search_for(options: dict[str, Any], values: dict[str, float] | None, emit: s
     if emit is not None:
         from shardwise.requests.emit_stack import emit_training
 
-        training, note = emit_training(request.training, emit.lower())
+        training, notes = emit_training(request.training, emit.lower(), searched=True)
         request = replace(request, training=training)
-        echo_notes([note] if note else [])
+        echo_notes(list(notes))
     return request.search(values)
 
 

@@ -202,6 +202,7 @@ def _print(summary: dict[str, Any], out_path: str | None, map_path: str | None) 
         for name, (lo, hi, n) in summary["variables"].items()
     )
     out.print(f"grid: {grid}")
+    out.print(_stack_line(summary))
     out.print(f"{summary['configurations']:,} configurations evaluated in {summary['seconds']:.2f} s")
     table = Table(title="grid cells won by each plan", title_justify="left", header_style="bold")
     table.add_column("link")
@@ -219,3 +220,16 @@ def _print(summary: dict[str, Any], out_path: str | None, map_path: str | None) 
         out.print(f"grid written to {out_path}")
     if map_path:
         out.print(f"winner map: {map_path}")
+
+
+def _stack_line(summary: dict[str, Any]) -> str:
+    """The stack and what each training plan recomputes (`SweepResult.as_dict`'s `framework`,
+    `recompute_source` and `recompute_by_plan`): "priced under torchtitan; recompute (torchtitan's
+    default where a plan says none): tp=8 every-second-layer, pp=8 full"."""
+    line = f"priced under {summary['framework']}"
+    by_plan = {p: r for p, r in summary.get("recompute_by_plan", {}).items() if r}
+    if by_plan:
+        source = "--recompute" if summary.get("recompute_source") == "--recompute" else "the stack's default"
+        plans = ", ".join(f"{p} {r}" for p, r in by_plan.items())
+        line += f"; recompute ({source} where a plan's recompute= key does not say): {plans}"
+    return line

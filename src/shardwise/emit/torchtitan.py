@@ -41,17 +41,23 @@ class TitanModel:
     # the MLP's activation (`Model.activation`, gated): Llama 3's, Qwen3's and DeepSeek-V3's FeedForward
     # is w2(silu(w1 x) * w3 x); GPT-OSS's experts' (up + 1) x gate x sigmoid(1.702 gate), clamped
     activation: str = "silu"
+    # the config function's activation_checkpoint, as `Recompute` names it: SelectiveAC.Config() (per-op
+    # selective, the Trainer's default, "selective") or FullAC.Config() ("full"); what a launch of it
+    # runs where the plan leaves recompute open (`requests.emit_stack.emit_training`)
+    recompute: str = "selective"
 
 
-# torchtitan's registered configs (torchtitan/models/*/config_registry.py) and their shapes
+# torchtitan's registered configs (torchtitan/models/*/config_registry.py @b5bcd76c, main of August 2026)
+# and their shapes; `recompute`: each config function's activation_checkpoint (full: FullAC)
+_FULL, _GELU = {"recompute": "full"}, {"activation": "quick_gelu", "recompute": "full"}
 TITAN_MODELS = (
     TitanModel("llama3", "llama3_8b", "8B", 32, 4096, 32, 8, 14336, 128256),
-    TitanModel("llama3", "llama3_70b", "70B", 80, 8192, 64, 8, 28672, 128256),
-    TitanModel("llama3", "llama3_405b", "405B", 126, 16384, 128, 8, 53248, 128256, fp8_in_config=True),
-    TitanModel("qwen3", "qwen3_30b_a3b", "30B-A3B", 48, 2048, 32, 4, 6144, 151936, 128, 8),
+    TitanModel("llama3", "llama3_70b", "70B", 80, 8192, 64, 8, 28672, 128256, **_FULL),
+    TitanModel("llama3", "llama3_405b", "405B", 126, 16384, 128, 8, 53248, 128256, fp8_in_config=True, **_FULL),
+    TitanModel("qwen3", "qwen3_30b_a3b", "30B-A3B", 48, 2048, 32, 4, 6144, 151936, 128, 8, **_FULL),
     TitanModel("deepseek_v3", "deepseek_v3_671b", "671B", 61, 7168, 128, 128, 18432, 129280, 256, 8),
-    TitanModel("gpt_oss", "gpt_oss_20b", "20b", 24, 2880, 64, 8, 2880, 201088, 32, 4, activation="quick_gelu"),
-    TitanModel("gpt_oss", "gpt_oss_120b", "120b", 36, 2880, 64, 8, 2880, 201088, 128, 4, activation="quick_gelu"),
+    TitanModel("gpt_oss", "gpt_oss_20b", "20b", 24, 2880, 64, 8, 2880, 201088, 32, 4, **_GELU),
+    TitanModel("gpt_oss", "gpt_oss_120b", "120b", 36, 2880, 64, 8, 2880, 201088, 128, 4, **_GELU),
 )
 
 SCHEDULES = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED: "Interleaved1F1B"}

@@ -14,6 +14,7 @@ then every backward: GPipe's order, `Schedule.GPIPE`, at pp = 1 too),
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from shardwise.errors import SpecError
@@ -232,20 +233,77 @@ def framework_recompute_every(name: str | None) -> int:
     return int(presets._checked_framework(name or "megatron-core").get("default_recompute_every", 0))
 
 
+@dataclass(frozen=True)
+class RecomputeChoice:
+    """What a training step recomputes and where that came from (`resolve_recompute`): the one
+    reading of a stack's default that predict, timeline, crossover, sweep, sensitivity and --emit
+    share. `mode`: none | selective | full; `every`: N where every N-th layer of a dense model is
+    recomputed whole by the stack's default (torchtitan's job config before pytorch/torchtitan#2357,
+    selective_ac_option "2"), else 0; `source`: "--recompute", "--recompute-layers" (the mode the
+    stack's, the layers given) or "framework default"; `framework`: the stack's name as shown."""
+
+    mode: str
+    every: int
+    source: str
+    framework: str
+
+    def layers(self, layers: Any, pp: Any, vpp: Any = 1, moe: bool = False) -> Any:
+        """The layers of each model chunk recomputed whole under `every` (arrays allowed):
+        floor(layers of a chunk of the even split / N); 0 without it, and for a mixture of experts
+        (layers recomputed whole are priced for dense models only, `rules.recompute_layers_rule`).
+        Which layers of a chunk does not change the step time or the memory (`Plan.recompute_layers`)."""
+        from shardwise.specs.stages import every_nth_whole
+
+        return 0 if moe else every_nth_whole(layers, pp, vpp, self.every)
+
+    def words(self, recomputed_layers: Any = None) -> str:
+        """The mode in a header's words: "none", "full (maxtext's default)", "every second layer
+        whole (torchtitan's default)"; `recomputed_layers`: the plan's count where known
+        (0: the every-N-th-layer default was not priced, a mixture of experts)."""
+        import numpy as np
+
+        own = "" if self.source != "framework default" else f" ({self.framework}'s default)"
+        priced = recomputed_layers is None or bool(np.any(np.asarray(recomputed_layers) > 0))
+        if self.every and priced:
+            nth = "second" if self.every == 2 else f"{self.every}-th"
+            return f"every {nth} layer whole{own}"
+        if self.every:
+            nth = "second" if self.every == 2 else f"{self.every}-th"
+            return f"{self.mode} ({self.framework}'s every-{nth}-layer default not priced for a mixture of experts)"
+        return f"{self.mode}{own}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """What a command's JSON says of the recompute it priced (`recompute_source` and the rest)."""
+        return {"recompute": self.mode, "recompute_every": self.every, "recompute_source": self.source}
+
+
+def resolve_recompute(name: str | None, given: str | None = None, recompute_layers: Any = 0) -> RecomputeChoice:
+    """What a training step of stack `name` recomputes: `given` (--recompute) where given, else the
+    stack's default mode (`framework_recompute`), with its every-N-th-layer default
+    (`framework_recompute_every`) only where neither --recompute nor --recompute-layers is given."""
+    from shardwise import presets
+
+    shown = str(presets.framework(name or "megatron-core")["framework"])
+    if given is not None:
+        return RecomputeChoice(str(given), 0, "--recompute", shown)
+    mode = framework_recompute(name)
+    if recompute_layers:
+        return RecomputeChoice(mode, 0, "--recompute-layers", shown)
+    return RecomputeChoice(mode, framework_recompute_every(name), "framework default", shown)
+
+
 def recompute_origin(name: str | None, given: str | None, recompute_layers: int = 0, plan: Any = None) -> str:
     """Where a plan's recompute mode came from, in words, where it is not what the user asked nor
     "none": "maxtext's default; --recompute none to turn it off" ("" otherwise). `recompute_layers`:
     the --recompute-layers given (the stack's every-N-th-layer default applies only without it);
     `plan`: the plan priced (a mixture of experts takes no every-N-th-layer default)."""
-    if given is not None:
+    choice = resolve_recompute(name, given, recompute_layers)
+    if choice.source != "framework default":
         return ""
-    mode, every = framework_recompute(name), framework_recompute_every(name)
-    if mode == "none" and (every == 0 or recompute_layers or (plan is not None and int(plan.recompute_layers) == 0)):
+    whole = None if plan is None else plan.recompute_layers
+    if choice.mode == "none" and (choice.every == 0 or (whole is not None and int(whole) == 0)):
         return ""
-    from shardwise import presets
-
-    shown = presets.framework(name or "megatron-core")["framework"]
-    if mode != "none":
-        return f"{shown}'s default; --recompute none to turn it off"
-    nth = "second" if every == 2 else f"{every}-th"
-    return f"{shown}'s default, every {nth} layer recomputed whole; --recompute none to turn it off"
+    if choice.mode != "none":
+        return f"{choice.framework}'s default; --recompute none to turn it off"
+    nth = "second" if choice.every == 2 else f"{choice.every}-th"
+    return f"{choice.framework}'s default, every {nth} layer recomputed whole; --recompute none to turn it off"

@@ -19,6 +19,7 @@ from typing import Any
 
 from shardwise.errors import SpecError
 from shardwise.requests import fields as F
+from shardwise.requests.field_names import check_framework
 from shardwise.requests.field_ranges import check_experiment, require
 from shardwise.requests.fields import EXPERIMENT_FIELDS as TABLE
 
@@ -70,6 +71,7 @@ class ExperimentRequest:
         if isinstance(self.precision, str):  # as the command line's choice takes it: BF16 is bf16
             object.__setattr__(self, "precision", self.precision.lower())
         check_experiment(self)
+        check_framework(self.framework)  # a preset's name or a file, as predict's request checks it
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str = "") -> ExperimentRequest:
@@ -114,19 +116,34 @@ class ExperimentRequest:
 
         notes: list[str] = []
         options = {f.key: getattr(self, f.name) for f in TABLE}
-        return BuiltExperiment(build_experiment(options, notes), tuple(notes))
+        return BuiltExperiment(build_experiment(options, notes), tuple(notes), self.recompute_choice())
+
+    def recompute_choice(self) -> Any:
+        """What a training step recomputes where a plan's `recompute=` key leaves it open, and where
+        that came from (`presets.stack_defaults.resolve_recompute`, as predict reads it)."""
+        from shardwise.presets.stack_defaults import resolve_recompute
+
+        return resolve_recompute(self.framework, self.recompute)
+
+    def stack_fields(self) -> dict[str, Any]:
+        """What the JSON of crossover, sweep and sensitivity says of the stack priced: the framework,
+        and for a training step the recompute mode, its every-N-th-layer default and its source."""
+        choice = self.recompute_choice()
+        out: dict[str, Any] = {"framework": choice.framework}
+        return {**out, **choice.as_dict()} if self.workload == "train" and self.cost_model != "textbook" else out
 
 
 @dataclass(frozen=True)
 class BuiltExperiment:
     experiment: Any  # specs.experiment.Experiment
     notes: tuple[str, ...] = ()
+    recompute: Any = None  # presets.stack_defaults.RecomputeChoice (None: not said)
 
     def describe(self, variable: str | None = None) -> str:
         """One paragraph: what was held fixed (the swept variable named as such)."""
         from shardwise.requests.experiment import describe_experiment
 
-        return describe_experiment(self.experiment, variable)
+        return describe_experiment(self.experiment, variable, self.recompute)
 
 
 def _strip(argv: list[str] | tuple[str, ...] | str, command: str) -> list[str]:
@@ -163,56 +180,15 @@ class CrossoverResult:
         from shardwise import export
 
         crossover = export.crossover_dict(self.result, self.assumptions)
-        return {**crossover, "notes": list(self.notes), "command": self.request.command()}
+        stack = self.request.experiment.stack_fields()  # the framework and recompute priced
+        return {**crossover, **stack, "notes": list(self.notes), "command": self.request.command()}
 
     def csv_text(self) -> str:
-        """The series as CSV: every grid value, plan and link (what `crossover -o FILE.csv` writes).
-        `valid` is False where the plan breaks a layout rule there, `why` names the rule, and
-        `fits_in_memory` is left empty at such a point (it was never priced)."""
-        import csv
-        import io
+        """The series as CSV: every grid value, plan and link (what `crossover -o FILE.csv` writes,
+        `requests.crossover_csv`)."""
+        from shardwise.requests.crossover_csv import crossover_csv
 
-        import numpy as np
-
-        from shardwise.analyses.evaluate import why_invalid
-        from shardwise.analyses.sweep import COLUMN_NAMES
-
-        result = self.result
-        exp = result.experiment
-        links = {lk.label: lk.link for lk in exp.links}
-        plans = {p.label: p for p in exp.plans}
-        buf = io.StringIO()
-        w = csv.writer(buf)
-        # the variable in SI under sweep's column name (bandwidth_bytes_per_s, ...); booleans as
-        # sweep's and plan's CSVs write them (tables.csv_text: true/false)
-        variable = COLUMN_NAMES.get(result.variable, result.variable)
-        header = [variable, "link", "plan", "time_s", "time_s_low", "time_s_high", "fits_in_memory"]
-        w.writerow([*header, "winner", "valid", "why"])
-        for link in dict.fromkeys(s.link for s in result.series):
-            winners = result.winners(link)
-            for s in result.series_for(link):
-                low, high = result.band(s)  # the 80% band, as --json and sweep's CSV carry it
-                for j, x in enumerate(result.values):
-                    t = s.time_s[j]
-                    valid = bool(t == t)
-                    why = ""
-                    if not valid:
-                        grid = {result.variable: np.array([float(x)])}
-                        why = why_invalid(exp, plans[s.plan], links[link], grid) or "invalid"
-                    fits = str(bool(s.fits[j])).lower() if valid else ""
-                    w.writerow(
-                        [
-                            f"{x:g}",
-                            link,
-                            s.plan,
-                            *("" if not valid else f"{v:.6g}" for v in (t, low[j], high[j])),
-                            fits,
-                            str(bool(winners[j] == s.plan)).lower(),
-                            str(valid).lower(),
-                            why,
-                        ]
-                    )
-        return buf.getvalue()
+        return crossover_csv(self.result)
 
 
 @dataclass(frozen=True)
@@ -297,6 +273,7 @@ class SweepResult:
 
         return {
             **export.sweep_dict(self.result, self.elapsed_s),
+            **self.request.experiment.stack_fields(),  # the framework and recompute priced
             "notes": list(self.notes),
             "command": self.request.command(),
         }

@@ -19,27 +19,25 @@ from shardwise.emit import TARGET_STACKS
 DEFAULT_FRAMEWORK = "megatron-core"
 
 
-def emit_training(training: Any, target: str) -> tuple[Any, str | None]:
-    """(the `requests.training.TrainingRequest` that `--emit target` prices, a note saying under
-    which stack, or None where the request already names the tool's own)."""
+def emit_training(training: Any, target: str, searched: bool = False) -> tuple[Any, tuple[str, ...]]:
+    """(the `requests.training.TrainingRequest` that `--emit target` prices, notes saying under
+    which stack, where the request does not name the tool's own, and which recompute where it was
+    left open: `launch_recompute`; not where `plan` searches it, `searched`)."""
     from shardwise.presets.stack_defaults import builtin_of
     from shardwise.requests.plan_build import flash_attention
 
     stacks = TARGET_STACKS[target]
     framework = training.framework or DEFAULT_FRAMEWORK
-    if training.recompute is None and not training.recompute_layers:
-        # the launch writes the plan's recompute mode (torchtitan: activation_checkpoint.mode), not a
-        # stack's every-N-th-layer default, which its emitter cannot state (`stack_defaults.framework_recompute`)
-        from shardwise.presets.stack_defaults import framework_recompute
-
-        final = framework if framework != DEFAULT_FRAMEWORK or builtin_of(framework) in stacks else stacks[0]
-        training = replace(training, recompute=framework_recompute(final))
+    recompute_note: str | None = None
+    if training.recompute is None and not training.recompute_layers and not searched:
+        training, recompute_note = launch_recompute(training, target, framework)
     if builtin_of(framework) in stacks:
-        return training, None
+        return training, _joined(recompute_note)
     if framework != DEFAULT_FRAMEWORK:
-        return training, (
+        return training, _joined(
             f"--emit {target}: the times are --framework {framework}'s, not those of {stacks[0]}, the stack "
-            f"{target}'s launch runs (leave --framework out to price that)"
+            f"{target}'s launch runs (leave --framework out to price that)",
+            recompute_note,
         )
     changes: dict[str, Any] = {"framework": stacks[0]}
     flags = f"--framework {stacks[0]}"
@@ -52,10 +50,49 @@ def emit_training(training: Any, target: str) -> tuple[Any, str | None]:
         # is priced with it
         changes["flash_attention"] = True
         flags += " --flash-attention"
-    return replace(training, **changes), (
+    return replace(training, **changes), _joined(
         f"--emit {target}: priced under {changes['framework']}, the stack {target}'s launch runs (as if {flags} "
-        "were given); to price under another stack, name it with --framework"
+        "were given); to price under another stack, name it with --framework",
+        recompute_note,
     )
+
+
+def _joined(*notes: str | None) -> tuple[str, ...]:
+    return tuple(n for n in notes if n)
+
+
+def launch_recompute(training: Any, target: str, framework: str) -> tuple[Any, str | None]:
+    """(`training` with the recompute mode its launch writes, a note or None) where --recompute and
+    --recompute-layers are not given: the plan is priced as launched. torchtitan's launch names a
+    config function (`--module llama3 --config llama3_70b`), whose own activation_checkpoint is
+    what the job runs (torchtitan main: SelectiveAC, per-op, or FullAC; `TitanModel.recompute`):
+    that mode is priced and written. torchtitan main has no every-N-th-layer option
+    (selective_ac_option went in pytorch/torchtitan#2357, 2026-03-23), so the torchtitan preset's
+    default of every second layer whole is not what the launch runs. The other tools: the stack's
+    mode (`stack_defaults.resolve_recompute`; none for Megatron-LM and Megatron-DeepSpeed)."""
+    from shardwise.presets.stack_defaults import builtin_of, resolve_recompute
+
+    stacks = TARGET_STACKS[target]
+    final = framework if framework != DEFAULT_FRAMEWORK or builtin_of(framework) in stacks else stacks[0]
+    choice = resolve_recompute(final)
+    if target == "torchtitan":
+        from shardwise.emit.torchtitan import titan_model
+        from shardwise.requests.build import build_model
+
+        titan = titan_model(build_model(training.values()))
+        if titan is not None:  # another shape: the emitter refuses it, in its own words
+            kind = "SelectiveAC, per-op" if titan.recompute == "selective" else "FullAC"
+            return replace(training, recompute=titan.recompute), (
+                f"--emit torchtitan: recompute {titan.recompute}, as {titan.config}'s activation_checkpoint "
+                f"({kind}; torchtitan main's config function) runs it, priced and written "
+                "(give --recompute to choose another)"
+            )
+    if choice.every:
+        return replace(training, recompute=choice.mode), (
+            f"--emit {target}: recompute {choice.mode}, as the launch writes it ({choice.framework}'s default of "
+            f"every {choice.every}-th layer whole is not an option the launch can state)"
+        )
+    return replace(training, recompute=choice.mode), None
 
 
 def _runs_flash(training: Any) -> bool:

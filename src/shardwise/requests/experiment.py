@@ -37,9 +37,9 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
     from shardwise.errors import SpecError
     from shardwise.loaders import parse_plan_spec
     from shardwise.presets import parse_link_spec
+    from shardwise.presets.stack_defaults import resolve_recompute
     from shardwise.requests import attention
     from shardwise.requests.build import flash_attention, stage_kwargs
-    from shardwise.requests.plan_build import default_recompute
     from shardwise.requests.precision import resolved
     from shardwise.specs._checks import MAX_WHOLE, whole_range
     from shardwise.specs.experiment import Experiment
@@ -108,6 +108,12 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
             calibration["spread_basis"] += f", on {gpu_name} at least the uncalibrated spread"
         if notes is not None:
             notes.append(f"calibrated by {cal.path} ({cal.runs} run(s){other})")
+    recompute = resolve_recompute(o.get("framework"), o.get("recompute"))
+    if notes is not None and recompute.every and model.is_moe and o["workload"] == "train":
+        notes.append(
+            f"{recompute.framework}'s default recomputes one layer in {recompute.every} whole, not priced for a "
+            "mixture of experts: priced without recomputation (give --recompute)"
+        )
     return Experiment(
         **calibration,
         model=model,
@@ -123,8 +129,9 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
         micro_batch=o["micro_batch"],
         workload=o["workload"],
         cost_model=o["cost_model"],
+        recompute_every=recompute.every if o["workload"] == "train" else 0,
         plan_defaults={
-            "recompute": o.get("recompute") or default_recompute(o),  # None: the framework's
+            "recompute": recompute.mode,  # None given: the framework's (`resolve_recompute`)
             "flash_attention": flash_attention(o),
             "precision": o["precision"],
             **_framework_defaults(o),
@@ -158,8 +165,9 @@ def check_plans_valid(exp: Any, variable: str, values: Any, times: dict[str, Any
             )
 
 
-def describe_experiment(exp: Any, variable: str | None = None) -> str:
-    """One paragraph: what was held fixed (the swept variable is named as such)."""
+def describe_experiment(exp: Any, variable: str | None = None, recompute: Any = None) -> str:
+    """One paragraph: what was held fixed (the swept variable is named as such); `recompute`: the
+    `presets.stack_defaults.RecomputeChoice` priced, named for a training step."""
     m = exp.model
 
     def fixed(name: str, text: str) -> str:
@@ -178,9 +186,13 @@ def describe_experiment(exp: Any, variable: str | None = None) -> str:
             f"{fixed('hidden', f'hidden {m.hidden}')}, {exp.gpu.peak_flops_per_s_16bit / 1e12:g} TFLOP/s per GPU; "
             f"batch = rows of X (tokens); PP micro-batch min(batch, 4); links as the brief states them: {links}"
         )
+    stack = str(exp.plan_defaults.get("framework") or "megatron-core")
+    if recompute is not None:
+        stack = f"{stack}, recompute {recompute.words(0 if exp.model.is_moe else None)}"
+        stack += " unless a plan says recompute=" if recompute.mode != "none" or recompute.every else ""
     work = {
-        "train": "training step (forward + backward + optimizer); plans as written: sequence parallelism off, ZeRO-0 "
-        "unless a plan says sp=on or zero=N (predict and plan take the stack's)",
+        "train": f"training step (forward + backward + optimizer) under {stack}; plans as written: sequence "
+        "parallelism off, ZeRO-0 unless a plan says sp=on or zero=N (predict and plan take the stack's)",
         "forward": "forward pass latency",
         "prefill": "serving: time to first token of the batch",
         "decode": "serving: time per output token",

@@ -348,9 +348,9 @@ class PlanRequest:
         if self.emit is not None:  # searched under the stack the tool's launch runs (`requests.emit_stack`)
             from shardwise.requests.emit_stack import emit_training, searched_zero
 
-            training, stack_note = emit_training(self.training, self.emit)
+            training, stack_notes = emit_training(self.training, self.emit, searched=True)
             zero, zero_note = searched_zero(self.zero, self.emit, training.framework)  # what the tool implements
-            notes = [n for n in (stack_note, zero_note) if n]
+            notes = [*stack_notes, *filter(None, [zero_note])]
             return replace(self, training=training, zero=zero)._run(notes)
         return self._run([])
 

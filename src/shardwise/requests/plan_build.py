@@ -116,10 +116,10 @@ def default_schedule(o: dict[str, Any]) -> str:
 
 def default_recompute(o: dict[str, Any]) -> str:
     """The recompute mode when none is given: the framework's (`default_recompute`: MaxText's
-    remat_policy 'full', Paxml's SAVE_NOTHING; `presets.stack_defaults`), else none."""
-    from shardwise.presets.stack_defaults import framework_recompute
+    remat_policy 'full', Paxml's SAVE_NOTHING; `presets.stack_defaults.resolve_recompute`), else none."""
+    from shardwise.presets.stack_defaults import resolve_recompute
 
-    return framework_recompute(o.get("framework"))
+    return resolve_recompute(o.get("framework"), o.get("recompute"), o.get("recompute_layers")).mode
 
 
 def default_recompute_layers(o: dict[str, Any], pp: int, model: Any) -> int:
@@ -127,16 +127,14 @@ def default_recompute_layers(o: dict[str, Any], pp: int, model: Any) -> int:
     --recompute-layers is given, for a stack whose default checkpoints every N-th layer
     (torchtitan's job config: activation_checkpoint mode "selective", selective_ac_option "2",
     `_apply_ac_to_transformer_block` wrapping every second block): floor(layers of a chunk / N) of
-    the even split; 0 otherwise. Which layers of a chunk does not change the step time or the memory
-    (`Plan.recompute_layers`). A mixture of experts: 0 (layers recomputed whole are priced for dense
-    models only; `stack_default_notes` says so)."""
-    from shardwise.presets.stack_defaults import framework_recompute_every
+    the even split; 0 otherwise, and for a mixture of experts (`stack_default_notes` says so)
+    (`presets.stack_defaults.RecomputeChoice.layers`, as crossover, sweep and sensitivity count them)."""
+    from shardwise.presets.stack_defaults import resolve_recompute
 
-    every = framework_recompute_every(o.get("framework"))
-    if o.get("recompute") is not None or every == 0 or model is None or getattr(model, "is_moe", False):
+    if model is None:
         return 0
-    chunks = max(int(pp), 1) * max(int(o.get("vpp") or 1), 1)
-    return int(model.layers) // chunks // every
+    choice = resolve_recompute(o.get("framework"), o.get("recompute"), o.get("recompute_layers"))
+    return int(choice.layers(model.layers, pp, o.get("vpp") or 1, bool(getattr(model, "is_moe", False))))
 
 
 def stack_default_notes(o: dict[str, Any], plan: Any) -> list[str]:

@@ -74,6 +74,7 @@ class PlanResult:
             "cluster": export.cluster_dict(result.cluster),
             "global_batch": result.global_batch,
             "objective": result.space.objective,
+            **self.stack_fields(),  # the framework searched under, and whether the recompute was searched
             "evaluated": result.evaluated,
             "dropped_for_memory": result.dropped_for_memory,
             "seconds": result.seconds,
@@ -95,6 +96,19 @@ class PlanResult:
                 "contending_plans": self.regret.pool_size,
                 "text": self.regret_text(),
             },
+        }
+
+    def stack_fields(self) -> dict[str, Any]:
+        """The framework the plans were searched under (`--framework`, or the --emit tool's stack) and
+        where each row's `recompute` came from: "--recompute" where given (one mode or a list),
+        "searched" where every mode was (the stack's default is one of them)."""
+        from shardwise import presets
+
+        stack = self.request.training.framework or "megatron-core"
+        given = self.request.recompute is not None
+        return {
+            "framework": str(presets.framework(stack)["framework"]),
+            "recompute_source": "--recompute" if given else "searched",
         }
 
     def table_columns(self) -> dict[str, Any]:
@@ -124,6 +138,7 @@ class PlanResult:
             elif key == "step_time_s":
                 t = np.asarray(values, dtype=float)
                 out["step_time_s_low"], out["step_time_s_high"] = t * lo, t * hi
+        out["framework"] = np.full(n, self.stack_fields()["framework"], dtype=object)  # the stack priced
         return out
 
     def _label(self, i: int) -> str:

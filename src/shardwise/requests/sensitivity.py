@@ -50,6 +50,7 @@ class SensitivityResult:
 
         return {
             "assumptions": self.assumptions,
+            **self.request.experiment.stack_fields(),  # the framework and recompute priced
             "plans": self.plans,
             "ignore_memory": self.request.experiment.ignore_memory,
             "crossover_batch_vs_layers": _curves(self.by_layers),

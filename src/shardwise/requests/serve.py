@@ -19,7 +19,7 @@ from shardwise.errors import SpecError
 from shardwise.precisions import STORAGE_PRECISIONS
 from shardwise.requests import fields as F
 from shardwise.requests.field_ranges import require
-from shardwise.requests.serve_flags import check_serve_fields, default_batching, resolved_batching
+from shardwise.requests.serve_flags import check_load_clash, check_serve_fields, default_batching, resolved_batching
 from shardwise.requests.serve_targets import TargetsResult
 from shardwise.requests.training import TrainingRequest
 from shardwise.specs.serving import ENGINE_ALL_REDUCE
@@ -114,6 +114,7 @@ class ServeRequest:
         if self.framework is None:  # --emit vllm prices the plans as the vLLM server it prints runs them
             object.__setattr__(self, "framework", "vllm" if self.emit == "vllm" else "tensorrt-llm")
         object.__setattr__(self, "batching", resolved_batching(self))
+        check_load_clash(self)  # the load flags that clash, before `.command()` can print them
         # flags that only qualify another: one line each where that other is missing
         if self.slo_percentile is not None and not self.targets:
             raise SpecError("--slo-percentile says which percentile --ttft-max/--tpot-max bound; add one of them")

@@ -94,8 +94,22 @@ def check_hf_id(text: str) -> None:
 
 def check_load_flags(req: Any, budget: int, mix: Any) -> dict[str, Any] | None:
     """`req`: a `requests.serve.ServeRequest` (not imported: serve imports this module). One clear
-    line where the load flags clash; else the in-flight simulation's settings (None: a
-    static batch, or the latency-target search, which picks its own loads)."""
+    line where the load flags clash (`check_load_clash`, already asked when the request was
+    built); else the in-flight simulation's settings (None: a static batch, or the latency-target
+    search, which picks its own loads)."""
+    check_load_clash(req)
+    traffic = None
+    if not req.targets:
+        traffic = traffic_of(req.batching, req.max_throughput, req.request_rate, budget, req.requests)
+        if traffic is not None:
+            traffic.update(mix=mix, seed=req.seed, burstiness=req.burstiness)
+    return traffic
+
+
+def check_load_clash(req: Any) -> None:
+    """One clear line where the load flags of `req` (its batching resolved) clash, from its fields
+    alone: asked when a `ServeRequest` is built (`ServeRequest(framework="pytorch", requests=100)`
+    used to construct and fail only in `.run()`), as `serve` refuses the same flags."""
     if req.targets:  # checked before any search starts
         if req.emit:
             raise SpecError("--emit vllm prints the servers of --plan estimates; drop --ttft-max/--tpot-max to emit")
@@ -111,16 +125,15 @@ def check_load_flags(req: Any, budget: int, mix: Any) -> dict[str, Any] | None:
             )
         seconds_of(req.ttft_max, "--ttft-max")
         seconds_of(req.tpot_max, "--tpot-max")
-    traffic = None
     if req.concurrency is not None and not req.targets:  # one load only: never drop what was given
         rate = "--request-rate" if req.request_rate is not None else None
         other = "--max-throughput" if req.max_throughput else rate
         if other is not None:
             raise SpecError(f"--concurrency and {other} exclude each other: give one")
-    if not req.targets:
-        traffic = traffic_of(req.batching, req.max_throughput, req.request_rate, budget, req.requests)
-        if traffic is not None:
-            traffic.update(mix=mix, seed=req.seed, burstiness=req.burstiness)
+    if not req.targets:  # the rate's and the request count's ranges, and the rate against static batching
+        traffic_of(req.batching, req.max_throughput, req.request_rate, 0, req.requests)
+    if req.batching == "static" and req.lengths != "fixed":  # what a mix says first (`serve_mix`)
+        raise SpecError(f"--lengths {req.lengths} needs --batching inflight (a static batch has one length)")
     if req.batching == "static":  # one batch, priced in closed form: nothing of the simulation applies
         default = {f.name: f.default for f in fields(req)}  # the request's own defaults, not copies
         names = ("max_batched_tokens", "requests", "seed")
@@ -138,7 +151,6 @@ def check_load_flags(req: Any, budget: int, mix: Any) -> dict[str, Any] | None:
             raise SpecError(
                 f"{', '.join(given)} shape{'s' * one} the in-flight simulation; a static batch has none: {fix}"
             )
-    return traffic
 
 
 def seconds_of(value: str | None, flag: str) -> float | None:

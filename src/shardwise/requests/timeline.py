@@ -31,8 +31,17 @@ class TimelineResult:
     def as_dict(self) -> dict[str, Any]:
         """The JSON `timeline --json` prints: the summary and every operation."""
         from shardwise import export
+        from shardwise.presets.stack_defaults import resolve_recompute
 
         data = export.simulation_dict(self.simulated, self.closed_form_step_time_s)
+        t, plan = self.request.training, self.simulated.estimate.scenario.plan
+        data.update(
+            # the recompute priced and where it came from, as `predict --json` says them (`resolve_recompute`)
+            framework=str(plan.framework),
+            recompute=plan.recompute.label,
+            recompute_layers=int(plan.recompute_layers),
+            recompute_source=resolve_recompute(t.framework, t.recompute, t.recompute_layers).source,
+        )
         data.update(
             step_time_s=self.step_time_s,
             step_time_s_low=self.step_time_s_low,

@@ -21,8 +21,9 @@ from typing import Any
 from shardwise.emit import TRAINING_TARGETS
 from shardwise.errors import SpecError
 from shardwise.precisions import FP8_PRECISIONS
-from shardwise.presets.stack_defaults import recompute_origin
+from shardwise.presets.stack_defaults import recompute_origin, resolve_recompute
 from shardwise.requests import fields as F
+from shardwise.requests.field_names import check_names
 from shardwise.requests.field_ranges import check_training, require
 from shardwise.requests.fields import default
 from shardwise.requests.idle_flags import refuse_expert_flags, refuse_idle_flags
@@ -116,6 +117,7 @@ class TrainingRequest:
         if isinstance(self.precision, str):  # as the command line's choice takes it: BF16 is bf16
             object.__setattr__(self, "precision", self.precision.lower())
         check_training(self)  # the ranges the command line checks, before anything prints `--tp 0`
+        check_names(self)  # the framework, precision and other names, as the command line refuses them
         # a recipe given (not the framework's default) says how FP8 casts: with another precision
         # it would change nothing, so it is refused rather than silently ignored
         if self.fp8_recipe is not None and self.precision not in FP8_PRECISIONS:
@@ -216,6 +218,9 @@ class PredictResult:
     interval_basis: str
     notes: tuple[str, ...]
     launch: dict[str, Any] | None = None  # the request's --emit: the plan's launch (`emit.report.training_launch`)
+    # "--emit TARGET" where the recompute is the mode that launch writes (`emit_stack.launch_recompute`);
+    # None: `resolve_recompute` of the request says where it came from
+    emit_recompute_source: str | None = None
 
     @property
     def step_time_s(self) -> float:
@@ -229,7 +234,16 @@ class PredictResult:
     def recompute_from(self) -> str:
         """The header's words on a recompute mode the framework chose (`stack_defaults.recompute_origin`)."""
         t = self.request.training
+        if self.emit_recompute_source is not None:
+            return f"as the {self.emit_recompute_source.removeprefix('--emit ')} launch runs it; --recompute to choose"
         return recompute_origin(t.framework, t.recompute, t.recompute_layers, self.scenario.plan)
+
+    @property
+    def recompute_source(self) -> str:
+        """Where the recompute priced came from, as --json says it: "--recompute", "--recompute-layers",
+        "framework default" (`stack_defaults.resolve_recompute`) or "--emit TARGET" (the launch's)."""
+        t = self.request.training
+        return self.emit_recompute_source or resolve_recompute(t.framework, t.recompute, t.recompute_layers).source
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON `predict --json` prints."""
@@ -249,7 +263,7 @@ class PredictResult:
             "tokens_per_s_per_gpu_high": tokens * step / low / n,
             "interval": {"level": 0.8, "basis": self.interval_basis},
             "engine": self.request.engine,
-            "recompute_source": "--recompute" if self.request.training.recompute else "framework default",
+            "recompute_source": self.recompute_source,
             "scenario": export.scenario_dict(self.estimate.scenario),
             # the command that prices the step; its launch, where asked, beside it
             # what was assumed (the command line prints them on stderr), and `plan`'s headroom where it is short
@@ -321,10 +335,12 @@ class PredictRequest:
         from shardwise.requests import build
         from shardwise.requests.emit_stack import emit_training, priced_launch
 
-        priced, stack_note = self, None
+        priced, stack_notes, source = self, (), None
         if self.emit is not None:  # priced under the stack the tool's launch runs (`emit_stack`)
-            training, stack_note = emit_training(self.training, self.emit)
+            training, stack_notes = emit_training(self.training, self.emit)
             priced = replace(self, training=training)
+            if self.training.recompute is None and not self.training.recompute_layers:
+                source = f"--emit {self.emit}"  # the mode its launch writes (`emit_stack.launch_recompute`)
         built = priced.training.build()
         scn = built.scenario
         refuse_expert_flags(self.training, scn.model)  # the rest of refuse_idle_flags ran in __post_init__
@@ -339,8 +355,8 @@ class PredictRequest:
         spread = build.spread([scn], built.calibration)
         low, high = (float(x[0]) for x in spread.bounds(float(est.step_time_s)))
         launch = None if self.emit is None else priced_launch(est, self.emit, self.emit_version)
-        notes = (*built.notes, *filter(None, [stack_note]))
-        return PredictResult(priced, est, low, high, spread.basis, notes, launch)
+        notes = (*built.notes, *stack_notes)
+        return PredictResult(priced, est, low, high, spread.basis, notes, launch, source)
 
 
 def _checked_emit(emit: str | None, emit_version: str | None) -> str | None:

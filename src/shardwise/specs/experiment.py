@@ -78,6 +78,10 @@ class Experiment:
     workload: str = "train"
     cost_model: str = "physical"
     plan_defaults: dict[str, Any] = field(default_factory=dict)
+    # N where the stack's default recomputes every N-th layer of a dense model whole, for a training
+    # plan whose `recompute=` key and the request leave it open (`presets.stack_defaults.resolve_recompute`,
+    # counted by `specs.stages.every_nth_whole`); 0: none
+    recompute_every: int = 0
     # `shardwise calibrate`'s fitted values (calibration.parameters), applied to every cluster
     calibration: tuple[tuple[str, float], ...] = ()
     # the 80% bands: one relative width (log space) for every plan, and where it comes from; None:

@@ -245,19 +245,19 @@ def _capacity_rules(plan: Any) -> None:
     if any_true(pad & (as_array(plan.moe_capacity_factor) <= 0)):
         raise SpecError(
             "plan: moe_pad_to_capacity needs moe_capacity_factor > 0 (Megatron-Core's rule: it pads each "
-            "expert to its capacity); set --moe-capacity-factor or drop --moe-pad-to-capacity"
+            "expert to its capacity); set moe_capacity_factor or drop moe_pad_to_capacity"
         )
     drops = (as_array(plan.moe_capacity_factor) > 0) & ~pad
     if any_true(drops) and plan.moe_dispatcher == "alltoall" and "moe_preprocess" in (plan.cuda_graph_scope or ()):
         raise SpecError(
-            "plan: cuda_graph_scope moe_preprocess with token dropping unpadded (--moe-capacity-factor without "
-            "--moe-pad-to-capacity): its preprocessing copies to the host, which Megatron-Core refuses to capture "
+            "plan: cuda_graph_scope moe_preprocess with token dropping unpadded (moe_capacity_factor without "
+            "moe_pad_to_capacity): its preprocessing copies to the host, which Megatron-Core refuses to capture "
             "(arguments.py / transformer_config.py); pad to capacity or leave moe_preprocess out"
         )
     if any_true(pad) and plan.moe_dispatcher != "alltoall":
         raise SpecError(
             f"plan: moe_pad_to_capacity runs with the alltoall dispatcher, not {plan.moe_dispatcher} "
-            "(Megatron-Core's drop-and-pad path); use --moe-dispatcher alltoall or drop --moe-pad-to-capacity"
+            "(Megatron-Core's drop-and-pad path); use moe_dispatcher alltoall or drop moe_pad_to_capacity"
         )
 
 

@@ -323,3 +323,16 @@ def recomputed_split(split: StageSplit, vpp: Number, per_chunk: Number) -> Stage
     middle_total = np.where(p > 2, middle_total, 0.0)
     first, last = whole(split.first), whole(split.last)
     return StageSplit(split.pp, first, last, middle_total, whole(split.middle_max), whole(split.middle_min))
+
+
+def every_nth_whole(layers: Number, pp: Number, vpp: Number, every: int) -> Number:
+    """The layers of each model chunk recomputed whole (`Plan.recompute_layers`) by a stack whose
+    default checkpoints every `every`-th layer (torchtitan's job config before pytorch/torchtitan#2357:
+    activation_checkpoint mode "selective", selective_ac_option "2", `_apply_ac_to_transformer_block`
+    wrapping every second block): floor(layers of a chunk of the even split / every); 0 where
+    `every` is 0. Arrays broadcast (crossover and sweep vary layers and pp)."""
+    if every <= 0:
+        return 0
+    chunks = np.maximum(np.asarray(pp), 1).astype(np.int64) * np.maximum(np.asarray(vpp), 1).astype(np.int64)
+    out = np.asarray(layers).astype(np.int64) // chunks // int(every)
+    return int(out) if out.ndim == 0 else out
