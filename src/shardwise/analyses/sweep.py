@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.analyses.evaluate import evaluate, evaluate_parts
+from shardwise.analyses.experiment import column_values
 from shardwise.calibration.spreads import Z80
 from shardwise.specs.experiment import Experiment
 
@@ -127,7 +128,7 @@ class SweepResult:
         n = int(np.prod(self.shape))
         yield "link", np.repeat(np.array(self.links, dtype=object), n)
         for name, values in zip(self.variables, mesh, strict=True):
-            yield COLUMN_NAMES.get(name, name), np.tile(values.ravel(), len(self.links))
+            yield COLUMN_NAMES.get(name, name), column_values(name, np.tile(values.ravel(), len(self.links)))
         for plan in self.plans:
             bands = [self.band(link, plan) for link in self.links]
             yield f"time_s[{plan}]", np.concatenate([self.times_s[(link, plan)].ravel() for link in self.links])

@@ -32,6 +32,8 @@ def csv_text(answer: dict[str, Any]) -> str:
     import csv
     import io
 
+    from shardwise.tables import cell
+
     rows = answer.get("plans", answer.get("options", []))
     common = {k: answer[k] for k in ("model", "system", "gpus") if k in answer}
     if "engine" in answer:
@@ -41,9 +43,9 @@ def csv_text(answer: dict[str, Any]) -> str:
     for row in table:
         columns.update(dict.fromkeys(row))
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(columns), restval="", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(table)
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows([cell(row.get(name)) for name in columns] for row in table)  # as plan's and sweep's cells
     return buf.getvalue()
 
 

@@ -121,6 +121,8 @@ class PlanResult:
             out[key] = values
             if key == "ep":  # experts split over etp ranks (dense: unused, = tp), as the JSON rows' etp
                 out["etp"] = np.full(n, int(etp)) if etp else np.asarray(cols["tp"]).copy()
+            elif key == "memory_bytes":  # whole bytes, the JSON rows' total (units.whole_bytes)
+                out[key] = np.rint(np.asarray(values, dtype=float)).astype(np.int64)
             elif key == "step_time_s":
                 t = np.asarray(values, dtype=float)
                 out["step_time_s_low"], out["step_time_s_high"] = t * lo, t * hi
