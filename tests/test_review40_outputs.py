@@ -32,10 +32,8 @@ def test_serve_csv_gives_every_row_the_same_columns_whatever_it_holds():
 
 
 def test_serve_csv_of_a_real_answer_has_no_column_that_prefixes_another(cli):
-    code, out, err = cli(
-        ["serve", "--model", "llama3-70b", "--system", "rtx4090-8x", "--plan", "tp=8", "--plan", "tp=2"]
-        + ["--concurrency", "32", "--csv"]
-    )
+    argv = "serve --model llama3-70b --system rtx4090-8x --plan tp=8 --plan tp=2 --concurrency 32 --csv"
+    code, out, err = cli(argv.split())
     assert code == 0, err
     rows = _rows(out)
     header = rows[0]
