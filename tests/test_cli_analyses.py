@@ -85,7 +85,7 @@ def test_sweep_writes_csv_parquet_and_a_map(tmp_path, cli):
     )
     assert code == 0 and "configurations evaluated" in out
     rows = list(csv.DictReader(out_csv.read_text().splitlines()))
-    assert len(rows) == 8 * 6 * 2 and rows[0]["winner"] in ("tp=8", "pp=8")
+    assert len(rows) == 8 * 6 * 2 and rows[0]["winner_plan"] in ("tp=8", "pp=8")
     assert out_map.stat().st_size > 10_000
     code, _, _ = cli(["sweep", "--vary", "batch=1..4", "--csv", str(out_pq)])
     import pyarrow.parquet as pq

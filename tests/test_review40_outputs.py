@@ -41,3 +41,43 @@ def test_serve_csv_of_a_real_answer_has_no_column_that_prefixes_another(cli):
     assert {len(r) for r in rows} == {len(header)} and len(rows) == 3
     assert {r[header.index("fits_in_memory")] for r in rows[1:]} == {"true", "false"}  # tables.cell, not True
     json.loads(rows[2][header.index("memory_bytes.total")])  # whole bytes
+
+
+def test_one_meaning_per_key_winner_and_fits_in_memory(cli):
+    """`winner` is crossover's per-row boolean; sweep's name of the winning plan is `winner_plan`, and
+    whether a plan fits is `fits_in_memory` everywhere: sweep's `fits_in_memory[PLAN]`, plan's why[]
+    (review 40 #7)."""
+    code, out, err = cli(["sweep", "--vary", "batch=1..2", "-o", "-", "--no-progress"])
+    assert code == 0, err
+    header = _rows(out)[0]
+    assert "winner_plan" in header and "winner" not in header
+    assert any(h.startswith("fits_in_memory[") for h in header) and not any(h.startswith("fits[") for h in header)
+    assert "1" in [r[header.index("batch")] for r in _rows(out)[1:]]  # a whole-number variable written whole
+    code, out, err = cli(["crossover", "--vary", "batch=1..2", "-o", "-"])
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert {r["winner"] for r in rows} <= {"true", "false"} and "fits_in_memory" in rows[0]
+    code, out, err = cli(["plan", "--model", "llama3-8b", "--system", "dgx-a100", "--global-batch", "64", "--json"])
+    assert code == 0, err
+    why = json.loads(out)["why"]
+    assert why and all("fits_in_memory" in a and "fits" not in a for a in why)
+
+
+def test_validate_runs_json_uses_the_other_tables_names(cli, tmp_path):
+    """`validate --runs --json`: `mean_absolute_error` (as `validate --json`), `id` (as its rows and
+    calibrate's residuals), `predicted_low`/`predicted_high`, `fits_in_memory`, and null where a run
+    names no group (review 40 #7, #8)."""
+    path = tmp_path / "runs.csv"
+    path.write_text(
+        "model,system,num_gpus,tp,pp,global_batch,step_time_s,id\n"
+        "llama3-8b,dgx-h100,16,1,1,128,6.1,a\nllama3-8b,dgx-h100,16,2,1,128,6.6,b\n"
+    )
+    code, out, err = cli(["validate", "--runs", str(path), "--json"])
+    assert code == 0, err
+    d = json.loads(out)
+    (group,) = d["groups"]
+    assert "mean_absolute_error" in group and "mape" not in group
+    for run in d["runs"]:
+        assert run["id"] in ("a", "b") and "run_id" not in run and "low" not in run and "fits" not in run
+        assert run["predicted_low"] <= run["predicted"] <= run["predicted_high"]
+        assert run["group"] is None and isinstance(run["fits_in_memory"], bool)

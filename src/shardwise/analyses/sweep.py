@@ -134,11 +134,11 @@ class SweepResult:
             yield f"time_s[{plan}]", np.concatenate([self.times_s[(link, plan)].ravel() for link in self.links])
             yield f"time_s_low[{plan}]", np.concatenate([lo.ravel() for lo, _ in bands])
             yield f"time_s_high[{plan}]", np.concatenate([hi.ravel() for _, hi in bands])
-            yield f"fits[{plan}]", np.concatenate([self.fits[(link, plan)].ravel() for link in self.links])
+            yield f"fits_in_memory[{plan}]", np.concatenate([self.fits[(link, plan)].ravel() for link in self.links])
             for term in self.parts.get((self.links[0], plan), {}):
                 yield f"{term}_s[{plan}]", np.concatenate([self.parts[(lk, plan)][term].ravel() for lk in self.links])
         names = np.array([*self.plans, ""], dtype=object)
-        yield "winner", np.concatenate([names[self.winner(link).ravel()] for link in self.links])
+        yield "winner_plan", np.concatenate([names[self.winner(link).ravel()] for link in self.links])
         yield "margin", np.concatenate([self.margin(link).ravel() for link in self.links])
 
 
