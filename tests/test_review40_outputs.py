@@ -81,3 +81,41 @@ def test_validate_runs_json_uses_the_other_tables_names(cli, tmp_path):
         assert run["id"] in ("a", "b") and "run_id" not in run and "low" not in run and "fits" not in run
         assert run["predicted_low"] <= run["predicted"] <= run["predicted_high"]
         assert run["group"] is None and isinstance(run["fits_in_memory"], bool)
+
+
+def test_scenario_json_is_an_object_with_notes_command_and_si_lower_case_numbers(cli):
+    """`scenario --json` was a bare list with `tp_NVLink_ms` beside `tp_nvlink_ms` (review 40 #9, #11):
+    an object as every --json, and each number's key lower-case with one unit suffix (seconds, not ms)."""
+    code, out, err = cli(["scenario", "--no-plot", "--json", "batch1-inference", "ttft"])
+    assert code == 0, err
+    data = json.loads(out)
+    assert set(data) == {"scenarios", "notes", "command"}
+    assert data["command"] == "shardwise scenario batch1-inference ttft" and data["notes"] == []
+    for report in data["scenarios"]:
+        for key in report["numbers"]:
+            assert key == key.lower() and not key.endswith("_ms"), key
+    n = {r["name"]: r["numbers"] for r in data["scenarios"]}
+    assert 1e-4 < n["ttft"]["tp_nvlink_s"] < 10 and n["batch1-inference"]["tp_nvlink_s"] < 1
+    assert isinstance(n["ttft"]["pp_faster_up_to_prompt_pcie_tokens"], int)
+
+
+def test_serve_targets_carry_the_header_and_model_is_one_shape(cli):
+    """serve --ttft-max/--tpot-max had no model, system, gpus or engine (serve.md says each row carries
+    them); `model` is an object with its `name` in serve, plan and predict alike (review 40 #9); a
+    dense model's `layouts.experts` is null, not '' (#12)."""
+    argv = ["serve", "--model", "llama3-70b", "--system", "rtx4090-8x", "--ttft-max", "500ms", "--tpot-max", "50ms"]
+    code, out, err = cli([*argv, "--json"])
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["model"]["name"] == "llama3-70b" and data["system"] == "rtx4090-8x" and data["gpus"] == 8
+    assert data["engine"]["name"] and data["layouts"]["experts"] is None
+    code, out, err = cli([*argv, "-o", "-"])
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert rows and all(r["model"] == "llama3-70b" and r["engine"] and r["gpus"] == "8" for r in rows)
+    code, out, err = cli(["plan", "--model", "llama3-8b", "--system", "dgx-a100", "--global-batch", "64", "--json"])
+    assert code == 0, err
+    plan_model = json.loads(out)["model"]
+    code, out, err = cli(["serve", "--model", "llama3-8b", "--system", "dgx-a100", "--plan", "tp=1", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["model"] == plan_model

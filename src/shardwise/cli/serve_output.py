@@ -70,6 +70,8 @@ def csv_text(answer: dict[str, Any]) -> str:
 
     rows = answer.get("plans", answer.get("options", []))
     common = {k: answer[k] for k in ("model", "system", "gpus") if k in answer}
+    if isinstance(common.get("model"), dict):  # the model's name (the JSON's object is its architecture)
+        common["model"] = common["model"]["name"]
     if "engine" in answer:
         common["engine"] = answer["engine"]["name"]
     like = shape(rows)
