@@ -119,3 +119,33 @@ def test_serve_targets_carry_the_header_and_model_is_one_shape(cli):
     code, out, err = cli(["serve", "--model", "llama3-8b", "--system", "dgx-a100", "--plan", "tp=1", "--json"])
     assert code == 0, err
     assert json.loads(out)["model"] == plan_model
+
+
+def test_presets_json_gives_quantities_in_si_under_unit_keys(cli):
+    """`presets --json` gave '989.4 TFLOPS', '79.11GiB', '3.35TB/s', '400W' (review 40 #10): numbers in
+    SI under unit-named keys, the GPU's as predict's `scenario.cluster.gpu` has them."""
+    from shardwise import export, presets
+
+    code, out, err = cli(["presets", "--json"])
+    assert code == 0, err
+    data = json.loads(out)
+
+    def strings(obj):
+        if isinstance(obj, dict):
+            return [s for k, v in obj.items() if k != "source" and not k.endswith("source") for s in strings(v)]
+        if isinstance(obj, list):
+            return [s for v in obj for s in strings(v)]
+        return [obj] if isinstance(obj, str) and obj[:1].isdigit() and obj[-1:] in "sSW" else []  # '400W', '3TB/s'
+
+    assert strings({k: data[k] for k in ("gpus", "links", "systems", "frameworks")}) == []
+    h100 = next(g for g in data["gpus"] if g["name"] == "h100-sxm5-80gb")
+    want = export.gpu_dict(presets.gpu("h100-sxm5-80gb"))
+    for key in ("peak_flops_per_s_16bit", "memory_bytes", "memory_bandwidth_bytes_per_s"):
+        assert h100[key] == want[key], key
+    assert "peak_16bit" not in h100 and "memory" not in h100
+    a100 = next(g for g in data["gpus"] if g["name"] == "a100-sxm4-80gb")
+    assert a100["tdp_watts"] == 400.0 and a100["l2_bytes"] == 40_000_000
+    code, out, err = cli(["presets", "show", "nvlink4", "--json"])
+    assert code == 0, err
+    link = json.loads(out)["links"]
+    assert link["bandwidth_bytes_per_s"] > 1e11 and link["latency_s"] < 1e-4
