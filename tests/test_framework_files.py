@@ -170,7 +170,7 @@ def test_predict_and_presets_show_a_framework_file(tmp_path, cli):
     assert "  zero_stage: 3  (fsdp's)\n" in out  # taken from fsdp
     code, out, _ = cli(["presets", "show", path, "--json"])
     shown = json.loads(out)["frameworks"]
-    assert shown["host_kernel_s"] == pytest.approx(20e-6) and "zero_stage" in shown["from_like"]  # SI, the unit in the key
+    assert shown["host_kernel_s"] == pytest.approx(20e-6) and "zero_stage" in shown["from_like"]
     assert "host_kernel_s" not in shown["from_like"]
 
 
