@@ -286,15 +286,16 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
 
 
 def sweep_dict(result: Any, elapsed: float) -> dict[str, Any]:
-    from shardwise.analyses.experiment import DISPLAY_SCALE, DISPLAY_UNIT, SI_UNIT
+    from shardwise.analyses.experiment import SI_UNIT, column_values
 
     return {
+        # each range [lowest, highest, number of values] in SI, as crossover's and sensitivity's values
+        # and sweep's CSV (review 40 #11: GB/s, µs and TFLOP/s here), whole-number variables whole
         "variables": {
-            name: [float(f"{v * DISPLAY_SCALE.get(name, 1.0):.12g}") for v in (axis.min(), axis.max())] + [len(axis)]
+            name: [*column_values(name, np.array([axis.min(), axis.max()])).tolist(), len(axis)]
             for name, axis in zip(result.variables, result.axes, strict=True)
         },
-        # the unit of each range above (12 digits: 1000, not 1000.0000000000001): as shown, not SI
-        "units": {name: DISPLAY_UNIT.get(name, SI_UNIT.get(name, "")).strip() for name in result.variables},
+        "units": {name: SI_UNIT.get(name, "") for name in result.variables},
         "configurations": result.points,
         "seconds": elapsed,
         "configurations_per_s": result.points / elapsed if elapsed > 0 else None,
