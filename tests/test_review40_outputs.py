@@ -149,3 +149,25 @@ def test_presets_json_gives_quantities_in_si_under_unit_keys(cli):
     assert code == 0, err
     link = json.loads(out)["links"]
     assert link["bandwidth_bytes_per_s"] > 1e11 and link["latency_s"] < 1e-4
+
+
+def test_a_dense_models_etp_and_an_even_split_are_null_everywhere(cli):
+    """`etp` for a dense model was tp in predict, 1 or tp in plan and null in serve; an even split's
+    `stage_layers` was '' in plan's rows and null in predict (review 40 #12): null in every JSON, an
+    empty cell in plan's CSV."""
+    dense = ["--model", "llama3-8b", "--system", "dgx-a100"]
+    code, out, err = cli(["predict", *dense, "--tp", "8", "--global-batch", "64", "--json"])
+    assert code == 0, err
+    plan = json.loads(out)["scenario"]["plan"]
+    assert plan["etp"] is None and plan["stage_layers"] is None
+    code, out, err = cli(["plan", *dense, "--global-batch", "64", "--json"])
+    assert code == 0, err
+    rows = json.loads(out)["plans"]
+    assert rows and all(r["etp"] is None for r in rows)
+    assert all(r["stage_layers"] is None or (isinstance(r["stage_layers"], str) and r["stage_layers"]) for r in rows)
+    code, out, err = cli(["plan", *dense, "--global-batch", "64", "-o", "-"])
+    assert code == 0, err
+    assert {r["etp"] for r in csv.DictReader(io.StringIO(out))} == {""}
+    code, out, err = cli(["serve", *dense, "--plan", "tp=8", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["plans"][0]["etp"] is None

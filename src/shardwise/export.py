@@ -131,7 +131,10 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
 
 
 def scenario_dict(scn: Scenario) -> dict[str, Any]:
-    return {"model": model_dict(scn.model), "cluster": cluster_dict(scn.cluster), "plan": plan_dict(scn.plan)}
+    plan = plan_dict(scn.plan)
+    if not scn.model.is_moe:  # no experts to split: null, as plan's rows and serve's plans (review 40 #12)
+        plan["etp"] = None
+    return {"model": model_dict(scn.model), "cluster": cluster_dict(scn.cluster), "plan": plan}
 
 
 def estimate_dict(est: TrainingEstimate) -> dict[str, Any]:

@@ -119,8 +119,8 @@ class PlanResult:
         out: dict[str, Any] = {}
         for key, values in cols.items():
             out[key] = values
-            if key == "ep":  # experts split over etp ranks (dense: unused, = tp), as the JSON rows' etp
-                out["etp"] = np.full(n, int(etp)) if etp else np.asarray(cols["tp"]).copy()
+            if key == "ep":  # experts split over etp ranks, as the JSON rows' etp (dense: none, an empty cell)
+                out["etp"] = np.full(n, int(etp)) if etp else np.full(n, np.nan)
             elif key == "memory_bytes":  # whole bytes, the JSON rows' total (units.whole_bytes)
                 out[key] = np.rint(np.asarray(values, dtype=float)).astype(np.int64)
             elif key == "step_time_s":
