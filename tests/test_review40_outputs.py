@@ -171,3 +171,30 @@ def test_a_dense_models_etp_and_an_even_split_are_null_everywhere(cli):
     code, out, err = cli(["serve", *dense, "--plan", "tp=8", "--json"])
     assert code == 0, err
     assert json.loads(out)["plans"][0]["etp"] is None
+
+
+def test_timeline_json_carries_each_stages_busy_seconds_and_no_float_residue(cli):
+    """The text table's per-stage `busy` was only derivable from `operations`; a term of float residue
+    (3.4e-16 s) is written 0; the text never prints "-0.0%" (review 40 #13)."""
+    from shardwise.export import RESIDUE_S, seconds_parts
+
+    argv = ["timeline", "--model", "gpt-96l-4096h", "--system", "dgx-a100", "--tp", "2", "--pp", "4"]
+    code, out, err = cli([*argv, "--global-batch", "16", "--json"])
+    assert code == 0, err
+    data = json.loads(out)
+    busy = [0.0] * data["stages"]
+    for op in data["operations"]:
+        if op["kind"] in ("F", "B", "W"):
+            busy[op["stage"]] += op["end_s"] - op["start_s"]
+    assert len(data["stage_busy_s"]) == data["stages"]
+    for got, want in zip(data["stage_busy_s"], busy, strict=True):
+        assert abs(got - want) <= 1e-9 * want
+    assert all(v == 0.0 or abs(v) >= RESIDUE_S for v in data["breakdown_s"].values())
+    assert seconds_parts({"dp_comm": 3.4e-16, "compute": 1.5, "x": -1e-15}) == {
+        "dp_comm": 0.0,
+        "compute": 1.5,
+        "x": 0.0,
+    }
+    code, out, err = cli([*argv, "--global-batch", "16", "--no-plot"])  # its gap is -1.1e-16
+    assert code == 0, err
+    assert "-0.0%" not in out and "closed form" in out
