@@ -198,3 +198,17 @@ def test_timeline_json_carries_each_stages_busy_seconds_and_no_float_residue(cli
     code, out, err = cli([*argv, "--global-batch", "16", "--no-plot"])  # its gap is -1.1e-16
     assert code == 0, err
     assert "-0.0%" not in out and "closed form" in out
+
+
+def test_plan_rows_carry_the_clusters_tokens_per_s_interval_as_predict(cli):
+    """plan's rows had `tokens_per_s_per_gpu_low/high` but not predict's `tokens_per_s_low/high`
+    (review 40 #14): the same numbers as the row's predict command gives."""
+    from shardwise.requests import PredictRequest
+
+    code, out, err = cli(["plan", "--model", "llama3-8b", "--system", "dgx-a100", "--global-batch", "64", "--json"])
+    assert code == 0, err
+    best = json.loads(out)["plans"][0]
+    data = PredictRequest.from_argv(best["command"]).run().as_dict()
+    for key in ("tokens_per_s_low", "tokens_per_s_high"):
+        assert abs(best[key] / data[key] - 1) < 1e-9, key
+    assert best["tokens_per_s_low"] < best["tokens_per_s"] < best["tokens_per_s_high"]

@@ -149,9 +149,9 @@ def with_intervals(result: Any, best: Any, spread: Any) -> list[dict[str, Any]]:
         r = dict(result.row(int(i)))
         lo, hi = spread.bounds(r["step_time_s"])
         r["step_time_s_low"], r["step_time_s_high"] = float(lo[j]), float(hi[j])
-        tok = r["tokens_per_s_per_gpu"]
-        r["tokens_per_s_per_gpu_low"] = tok * r["step_time_s"] / r["step_time_s_high"]
-        r["tokens_per_s_per_gpu_high"] = tok * r["step_time_s"] / r["step_time_s_low"]
+        for rate in ("tokens_per_s", "tokens_per_s_per_gpu"):  # the cluster's too, as predict's (review 40 #14)
+            r[f"{rate}_low"] = r[rate] * r["step_time_s"] / r["step_time_s_high"]
+            r[f"{rate}_high"] = r[rate] * r["step_time_s"] / r["step_time_s_low"]
         rows.append(r)
     key = "step_time_s" if result.space.objective == "time" else "tokens_per_s_per_gpu"
     for j, (a, b) in enumerate(pairwise(rows)):
