@@ -212,3 +212,29 @@ def test_plan_rows_carry_the_clusters_tokens_per_s_interval_as_predict(cli):
     for key in ("tokens_per_s_low", "tokens_per_s_high"):
         assert abs(best[key] / data[key] - 1) < 1e-9, key
     assert best["tokens_per_s_low"] < best["tokens_per_s"] < best["tokens_per_s_high"]
+
+
+def test_sweep_result_csv_text_is_what_sweep_prints(cli):
+    """api.md showed `csv_text()` on a crossover only; a sweep's CSV was reachable only through
+    `.columns()` and `tables.csv_text` (review 40 #18)."""
+    from shardwise.requests.compare import SweepRequest
+
+    argv = ["--vary", "batch=1..4", "--vary", "layers=16,32"]
+    code, out, err = cli(["sweep", *argv, "-o", "-", "--no-progress"])
+    assert code == 0, err
+    assert SweepRequest.from_argv(argv).run().csv_text() == out
+
+
+def test_plan_md_quotes_the_pair_spread_the_code_has():
+    """plan.md said `PAIR_LOG_SD` (9% either way) where the code's 0.078 gives 10.5% (review 40 #17)."""
+    import math
+    import re
+    from pathlib import Path
+
+    from shardwise.calibration.spreads import PAIR_LOG_SD, Z80
+
+    text = " ".join((Path(__file__).parents[1] / "docs" / "commands" / "plan.md").read_text().split())
+    found = re.search(r"`PAIR_LOG_SD` = ([\d.]+) .*?= ([\d.]+)% either way", text)
+    assert found, "plan.md names PAIR_LOG_SD and its band"
+    assert float(found.group(1)) == PAIR_LOG_SD
+    assert float(found.group(2)) == round(100 * math.expm1(Z80 * PAIR_LOG_SD), 1)
