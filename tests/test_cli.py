@@ -497,7 +497,7 @@ def test_a_bad_calibration_column_names_only_close_names(cli, tmp_path):
 def test_scenario_json_findings_carry_no_terminal_line_breaks(cli):
     code, out, err = cli(["scenario", "--no-plot", "--json", "small-batch"])
     assert code == 0, err
-    (report,) = json.loads(out)
+    (report,) = json.loads(out)["scenarios"]
     assert "\n" not in report["finding"] and "step, while TP" in report["finding"]
 
 

@@ -85,7 +85,7 @@ def test_sweep_writes_csv_parquet_and_a_map(tmp_path, cli):
     )
     assert code == 0 and "configurations evaluated" in out
     rows = list(csv.DictReader(out_csv.read_text().splitlines()))
-    assert len(rows) == 8 * 6 * 2 and rows[0]["winner"] in ("tp=8", "pp=8")
+    assert len(rows) == 8 * 6 * 2 and rows[0]["winner_plan"] in ("tp=8", "pp=8")
     assert out_map.stat().st_size > 10_000
     code, _, _ = cli(["sweep", "--vary", "batch=1..4", "--csv", str(out_pq)])
     import pyarrow.parquet as pq
@@ -126,7 +126,8 @@ def test_json_draws_a_figure_only_when_it_is_named(tmp_path, cli, monkeypatch):
     assert code == 2 and "figures does not exist" in err
     (tmp_path / "figures").mkdir()
     code, out, _ = cli(["scenario", "ttft", "--json", "--plot", "figures"])
-    assert code == 0 and json.loads(out)[0]["name"] == "ttft" and (tmp_path / "figures" / "ttft.png").exists()
+    assert code == 0 and json.loads(out)["scenarios"][0]["name"] == "ttft"
+    assert (tmp_path / "figures" / "ttft.png").exists()
     code, out, _ = cli(["sensitivity", "--json", "--layers-values", "96", "--hidden-values", "4096", "--plot", "s.png"])
     assert code == 0 and json.loads(out)["command"].startswith("shardwise sensitivity")
     assert sorted(f.name for f in tmp_path.glob("s-*.png")) == ["s-hidden.png", "s-layers.png", "s-tornado.png"]

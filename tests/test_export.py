@@ -131,8 +131,8 @@ def test_csv_columns_values_and_formatting(tmp_path):
         "fits": np.array([True, False]),
     }
     tables.write_columns(columns, path)
-    # %.6g: six significant digits; booleans as true/false; text as is
-    assert path.read_text() == "link,time_s,batch,fits\nNVLink,0.000123457,1,true\nPCIe,1.23457e+06,16,false\n"
+    # floats at full precision (repr); integers whole; booleans as true/false; text as is
+    assert path.read_text() == "link,time_s,batch,fits\nNVLink,0.000123456789,1,true\nPCIe,1234567.0,16,false\n"
     assert [p.name for p in tmp_path.iterdir()] == ["grid.csv"]  # no temporary file left behind
 
 
@@ -140,7 +140,7 @@ def test_csv_nan_is_written_as_an_empty_field(tmp_path):
     """A missing number is an empty field in every CSV the commands write (crossover's too)."""
     path = tmp_path / "x.csv"
     tables.write_columns({"t": np.array([1.0, np.nan])}, path)
-    assert path.read_text().splitlines() == ["t", "1", ""]
+    assert path.read_text().splitlines() == ["t", "1.0", ""]
 
 
 def test_parquet_round_trips_the_columns(tmp_path):
@@ -170,7 +170,8 @@ def test_csv_is_written_in_chunks_with_progress_and_the_same_text(tmp_path, monk
     assert chunked.read_text() == whole.read_text()
     assert seen[0] == (64, n) and seen[-1] == (n, n) and len(seen) == -(-n // 64)
     lines = whole.read_text().splitlines()
-    assert len(lines) == n + 1 and lines[1] == "NVLink,0,0.001,true" and lines[-1] == "PCIe,999,10,true"  # 999 % 3 == 0
+    # 999 % 3 == 0: the last row fits
+    assert len(lines) == n + 1 and lines[1] == "NVLink,0,0.001,true" and lines[-1] == "PCIe,999,10.0,true"
 
 
 def test_long_rows_are_written_as_the_json_encoder_writes_them():
@@ -194,13 +195,26 @@ def test_long_rows_are_written_as_the_json_encoder_writes_them():
     assert list(rows)[1]["kind"] == "send-B" and len(rows) == 3
 
 
-def test_csv_floats_are_what_str_format_gives():
-    """The CSV's floats (`tables._format`, an f-string) are the text of "{:.6g}".format for every
-    kind of float: tiny, huge, negative zero, infinities, round numbers and random ones; NaN, a
-    missing number, is an empty field (`tables.MISSING`)."""
+def test_csv_floats_read_back_as_the_same_floats():
+    """The CSV's floats (`tables._format`) are `repr`'s text, which reads back as the same float, for
+    every kind of float: tiny, huge, negative zero, infinities, round numbers and random ones (review 40
+    #6: `%.6g` wrote 1.92992e+11 bytes, so a CSV's keys did not join a JSON's); NaN, a missing number, is
+    an empty field (`tables.MISSING`). `tables.cell` writes a single value by the same rule."""
     rng = np.random.default_rng(0)
     special = [0.0, -0.0, np.nan, np.inf, -np.inf, 1e-320, 5e-324, 1.7976931348623157e308, 1e16, 123456.5, 999999.5]
     values = np.array(special + list(rng.standard_normal(500) * 10.0 ** rng.integers(-30, 30, 500)))
-    formatted = list(map("{:.6g}".format, values.tolist()))
-    expected = ["" if v != v else text for v, text in zip(values.tolist(), formatted, strict=True)]
-    assert tables._format(values) == expected
+    texts = tables._format(values)
+    for v, text in zip(values.tolist(), texts, strict=True):
+        if v != v:
+            assert text == tables.MISSING
+        else:
+            assert float(text) == v and str(float(text)) == text
+        assert tables.cell(v) == text
+    assert [tables.cell(v) for v in (True, np.bool_(False), 3, np.int64(7), None, "a,b")] == [
+        "true",
+        "false",
+        "3",
+        "7",
+        "",
+        "a,b",
+    ]

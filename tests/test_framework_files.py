@@ -170,8 +170,8 @@ def test_predict_and_presets_show_a_framework_file(tmp_path, cli):
     assert "  zero_stage: 3  (fsdp's)\n" in out  # taken from fsdp
     code, out, _ = cli(["presets", "show", path, "--json"])
     shown = json.loads(out)["frameworks"]
-    assert shown["host_kernel"] == "20us" and "zero_stage" in shown["from_like"]
-    assert "host_kernel" not in shown["from_like"]
+    assert shown["host_kernel_s"] == pytest.approx(20e-6) and "zero_stage" in shown["from_like"]
+    assert "host_kernel_s" not in shown["from_like"]
 
 
 def test_a_files_notes_name_it_and_read_its_builtins_traits(tmp_path):

@@ -112,7 +112,7 @@ TERMS = ("compute", "tp_comm", "ep_comm", "offload", "pp_p2p", "pp_bubble", "dp_
 )
 def test_sweep_csv_has_the_documented_columns_and_its_terms_add_up(cli, tmp_path, argv):
     """docs/commands/sweep.md: a row per link and grid point with each plan's `time_s[PLAN]`
-    (and `time_s_low`, `time_s_high`: docs/calibration.md), `fits[PLAN]`, the `winner` and its
+    (and `time_s_low`, `time_s_high`: docs/calibration.md), `fits_in_memory[PLAN]`, the `winner_plan` and its
     `margin`; with --breakdown each plan's `TERM_s[PLAN]`, which add up to `time_s[PLAN]`."""
     path = tmp_path / "grid.csv"
     code, _, err = cli(["sweep", *argv, "--breakdown", "-o", str(path), "--no-progress"])
@@ -122,9 +122,9 @@ def test_sweep_csv_has_the_documented_columns_and_its_terms_add_up(cli, tmp_path
     assert plans and rows
     assert all(None not in row and len(row) == len(header) for row in rows)  # as many cells as columns
     for plan in plans:
-        for column in ("time_s_low", "time_s_high", "fits", *(f"{t}_s" for t in TERMS)):
+        for column in ("time_s_low", "time_s_high", "fits_in_memory", *(f"{t}_s" for t in TERMS)):
             assert f"{column}[{plan}]" in header, column
-    assert "winner" in header and "margin" in header
+    assert "winner_plan" in header and "margin" in header and "winner" not in header
     for row in rows:
         for plan in plans:
             if row[f"time_s[{plan}]"] == "":  # a plan invalid at this point: empty, as documented
@@ -132,9 +132,9 @@ def test_sweep_csv_has_the_documented_columns_and_its_terms_add_up(cli, tmp_path
                 continue
             time = float(row[f"time_s[{plan}]"])
             terms = sum(float(row[f"{t}_s[{plan}]"]) for t in TERMS)
-            assert terms == pytest.approx(time, rel=1e-5), (plan, row)  # written to 6 digits
+            assert terms == pytest.approx(time, rel=1e-9), (plan, row)  # written in full (tables.cell)
             assert float(row[f"time_s_low[{plan}]"]) <= time <= float(row[f"time_s_high[{plan}]"])
-        assert row["winner"] in plans or (row["winner"] == "" and row["margin"] == "")
+        assert row["winner_plan"] in plans or (row["winner_plan"] == "" and row["margin"] == "")
 
 
 def test_plan_csv_rows_add_up_and_are_finite(cli, tmp_path):

@@ -315,7 +315,7 @@ def test_a_tie_is_judged_on_the_ratio_of_two_plans_not_their_absolute_ranges():
 
     times = [10.0, 10.5, 12.0]  # 5% apart (a tie), then 14%
     result = SimpleNamespace(
-        row=lambda i: {"step_time_s": times[i], "tokens_per_s_per_gpu": 1.0 / times[i]},
+        row=lambda i: {"step_time_s": times[i], "tokens_per_s": 8.0 / times[i], "tokens_per_s_per_gpu": 1.0 / times[i]},
         space=SimpleNamespace(objective="time"),
     )
     wide = Spread(np.full(3, np.log(1.5) / 1.2816), "uncalibrated")  # ranges of -33%/+50%, no fit

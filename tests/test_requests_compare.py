@@ -163,16 +163,18 @@ def test_the_explorer_never_runs_the_command_line(monkeypatch):
 
 
 def test_the_json_outputs_say_the_unit_of_each_swept_variable():
-    """crossover's values and crossings (SI), sensitivity's bars (SI) and sweep's ranges (the
-    display units it prints) carry their unit: a bandwidth of 1e10 or of 10.0 is otherwise a guess."""
+    """crossover's values and crossings, sensitivity's bars and sweep's ranges (all SI since review 40
+    #11; sweep's were in the display units it prints) carry their unit: a bandwidth of 1e10 or of
+    10.0 is otherwise a guess."""
     exp = ExperimentRequest(plans=("tp=8", "pp=8"))
     crossing = CrossoverRequest(exp, vary="bandwidth=10GB/s..900GB/s").run().as_dict()
     assert crossing["unit"] == "B/s" and crossing["values"][0] == pytest.approx(1e10)
     batch = CrossoverRequest(exp, vary="batch=1..8").run().as_dict()
     assert batch["unit"] == "sequences"
     summary = SweepRequest(exp, vary=("batch=1..4", "bandwidth=10GB/s..900GB/s")).run().as_dict()
-    assert summary["units"] == {"batch": "sequences", "bandwidth": "GB/s"}
-    assert summary["variables"]["bandwidth"][:2] == pytest.approx([10.0, 900.0])
+    assert summary["units"] == {"batch": "sequences", "bandwidth": "B/s"}
+    assert summary["variables"]["bandwidth"][:2] == pytest.approx([1e10, 9e11])
+    assert summary["variables"]["batch"] == [1, 4, 4] and all(type(v) is int for v in summary["variables"]["batch"])
     bars = SensitivityRequest(exp).run().as_dict()["one_at_a_time"]
     units = {b["input"]: b["unit"] for bars_of_link in bars.values() for b in bars_of_link["bars"]}
     assert units["bandwidth"] == "B/s" and units["latency"] == "s" and units["peak_flops"] == "FLOP/s"

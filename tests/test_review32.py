@@ -144,7 +144,7 @@ def test_minor_output_mends(cli):
     unfit = [b for b in bars if not (b["fits_low"] and b["fits_high"])]
     assert stars and len(unfit) == len(stars)
     code, out, _ = cli(["scenario", "small-batch", "thin-layers", "--json"])
-    verdicts = {r["name"]: r["holds"] for r in json.loads(out)}
+    verdicts = {r["name"]: r["holds"] for r in json.loads(out)["scenarios"]}
     assert verdicts == {"small-batch": False, "thin-layers": True}
 
 

@@ -101,7 +101,7 @@ def test_serve_writes_json_and_csv_by_the_extension_and_prints_csv(cli, tmp_path
     code, out, err = cli(["serve", *args, "-o", str(tmp_path / "a.json")])
     assert code == 0, err and "TTFT" in out  # the report still printed
     answer = json.loads((tmp_path / "a.json").read_text())
-    assert answer["model"] == "llama3-70b" and answer["system"] == "dgx-h100" and answer["gpus"] == 8
+    assert answer["model"]["name"] == "llama3-70b" and answer["system"] == "dgx-h100" and answer["gpus"] == 8
     assert answer["engine"]["name"] == "tensorrt-llm"
     assert answer["all_reduce"] == {
         "custom_kernel": "TensorRT-LLM",

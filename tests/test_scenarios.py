@@ -22,7 +22,7 @@ def test_small_batch_hurts_pp_more_than_tp():
 
 def test_batch1_decoding_is_faster_with_tp():
     n = REPORTS["batch1-inference"].numbers
-    assert n["tp_NVLink_ms"] < n["pp_NVLink_ms"] and n["tp_PCIe_ms"] < n["pp_PCIe_ms"]
+    assert n["tp_nvlink_s"] < n["pp_nvlink_s"] and n["tp_pcie_s"] < n["pp_pcie_s"]
 
 
 def test_wide_layers_need_tp():
@@ -58,7 +58,7 @@ def test_the_rebalanced_cut_is_the_smallest_slowest_stage_and_keeps_every_layer(
 
 def test_ttft_is_lower_with_tp_on_nvlink():
     n = REPORTS["ttft"].numbers
-    assert n["tp_nvlink_ms"] < n["pp_nvlink_ms"]
+    assert n["tp_nvlink_s"] < n["pp_nvlink_s"]
 
 
 def test_the_ttft_verdict_is_read_from_every_prompt_length_of_its_figure():
@@ -71,7 +71,7 @@ def test_the_ttft_verdict_is_read_from_every_prompt_length_of_its_figure():
     pp_ahead = {link: prompts[series[f"PP=8, {link}"] < series[f"TP=8, {link}"]] for link in ("NVLink", "PCIe")}
     assert report.holds == (not any(v.size for v in pp_ahead.values()))
     for link, where in pp_ahead.items():
-        assert report.numbers[f"pp_faster_up_to_prompt_{link.lower()}"] == (where.max() if where.size else 0)
+        assert report.numbers[f"pp_faster_up_to_prompt_{link.lower()}_tokens"] == (where.max() if where.size else 0)
         if where.size:
             assert f"over {link} PP=8 has the lower TTFT" in report.finding
     assert report.finding.endswith(".") and ("The claim holds." in report.finding) == report.holds

@@ -64,7 +64,9 @@ def test_columns_are_a_wide_table():
     batches, bandwidths = GRID[0][1], GRID[1][1]
     n = 4 * 5 * 2  # 4 batches x 5 bandwidths x 2 links
     assert all(len(v) == n for v in cols.values())
-    assert {"link", "batch", "bandwidth_bytes_per_s", "time_s[tp=8]", "time_s[pp=8]", "winner", "margin"} <= set(cols)
+    assert {"link", "batch", "bandwidth_bytes_per_s", "time_s[tp=8]", "time_s[pp=8]", "winner_plan", "margin"} <= set(
+        cols
+    )
     # row order: link, then batch, then bandwidth (C order); row 27 = link 1, batch index 1, bandwidth 2
     link, i, j = result.links[1], 1, 2
     row = 1 * 20 + i * 5 + j
@@ -76,7 +78,7 @@ def test_columns_are_a_wide_table():
     tp, pp = cols["time_s[tp=8]"], cols["time_s[pp=8]"]
     both = ~np.isnan(tp) & ~np.isnan(pp)
     assert both.sum() > n // 2
-    np.testing.assert_array_equal(cols["winner"][both], np.where(tp[both] <= pp[both], "tp=8", "pp=8"))
+    np.testing.assert_array_equal(cols["winner_plan"][both], np.where(tp[both] <= pp[both], "tp=8", "pp=8"))
     np.testing.assert_allclose(cols["margin"][both], np.maximum(tp, pp)[both] / np.minimum(tp, pp)[both])
 
 
@@ -181,8 +183,10 @@ def test_a_plan_that_does_not_fit_wins_no_cell_unless_memory_is_ignored(cli):
     code, out, err = cli(args)
     assert code == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert rows and all(r["fits[tp=1,ep=8,zero=3]"] == "false" for r in rows)  # mixtral's state needs > 8 x 80 GB
-    assert all(r["winner"] == "" for r in rows)
+    assert rows and all(
+        r["fits_in_memory[tp=1,ep=8,zero=3]"] == "false" for r in rows
+    )  # mixtral's state needs > 8 x 80 GB
+    assert all(r["winner_plan"] == "" for r in rows)
     code, out, err = cli([*args, "--ignore-memory"])
     assert code == 0, err
-    assert any(r["winner"] for r in csv.DictReader(io.StringIO(out)))
+    assert any(r["winner_plan"] for r in csv.DictReader(io.StringIO(out)))

@@ -27,21 +27,24 @@ def test_each_run_is_what_predict_says_with_its_interval(cli, runs_csv):
     code, out, err = cli(["validate", "--runs", runs_csv, "--json"])
     assert code == 0, err
     d = json.loads(out)
-    by_id = {r["run_id"]: r for r in d["runs"]}
+    by_id = {r["id"]: r for r in d["runs"]}
     predict = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "1", "--global-batch", "64"]
     code, out, err = cli([*predict, "--tp", "2", "--json"])
     assert code == 0, err
     p = json.loads(out)
     b = by_id["b"]
     assert b["predicted"] == pytest.approx(p["step_time_s"], rel=1e-9)
-    assert (b["low"], b["high"]) == (pytest.approx(p["step_time_s_low"]), pytest.approx(p["step_time_s_high"]))
+    assert (b["predicted_low"], b["predicted_high"]) == (
+        pytest.approx(p["step_time_s_low"]),
+        pytest.approx(p["step_time_s_high"]),
+    )
     assert b["error"] == pytest.approx(b["predicted"] / 8.0 - 1.0)
-    assert b["covered"] == (b["low"] <= 8.0 <= b["high"])
+    assert b["covered"] == (b["predicted_low"] <= 8.0 <= b["predicted_high"])
     # per group, then all runs; MAPE and bias from the runs' errors
     groups = {g["name"]: g for g in d["groups"]}
     assert set(groups) == {"lab", "other", "all runs"} and groups["lab"]["runs"] == 3
     errors = [by_id[i]["error"] for i in "abc"]
-    assert groups["lab"]["mape"] == pytest.approx(sum(abs(e) for e in errors) / 3)
+    assert groups["lab"]["mean_absolute_error"] == pytest.approx(sum(abs(e) for e in errors) / 3)
     assert groups["lab"]["bias"] == pytest.approx(sum(errors) / 3)
     assert groups["other"]["stacks"] == "fsdp"
     # the lab's three layouts of one model on one cluster are ranked; the fsdp run alone is not
@@ -107,13 +110,13 @@ def test_a_calibration_prices_the_runs_as_predict_does_with_it(cli, tmp_path, ru
     code, out, err = cli(["validate", "--runs", runs_csv, "--calibration", str(cal), "--json"])
     assert code == 0, err
     d = json.loads(out)
-    c = next(r for r in d["runs"] if r["run_id"] == "c")
+    c = next(r for r in d["runs"] if r["id"] == "c")
     predict = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "1", "--global-batch", "64"]
     code, out, err = cli([*predict, "--tp", "4", "--micro-batch", "2", "--calibration", str(cal), "--json"])
     assert code == 0, err
     p = json.loads(out)
     assert c["predicted"] == pytest.approx(p["step_time_s"], rel=1e-9)
-    assert c["high"] == pytest.approx(p["step_time_s_high"], rel=1e-6)
+    assert c["predicted_high"] == pytest.approx(p["step_time_s_high"], rel=1e-6)
     assert d["interval_basis"].startswith(f"calibration {cal}")
 
 
@@ -138,7 +141,7 @@ def test_expert_parallelism_precision_and_batch_are_read_and_kept_apart(cli, tmp
     predict = ["predict", "--model", "qwen3-30b-a3b", "--system", "dgx-h100", "--nodes", "1", "--ep", "8"]
     code, out, err = cli([*predict, "--global-batch", "64", "--json"])
     assert code == 0, err
-    e8 = next(r for r in d["runs"] if r["run_id"] == "e8")
+    e8 = next(r for r in d["runs"] if r["id"] == "e8")
     assert e8["predicted"] == pytest.approx(json.loads(out)["step_time_s"], rel=1e-9)
     assert "ep8" in e8["label"]
     (rank,) = d["ranking_within_groups"]

@@ -108,9 +108,9 @@ def test_sensitivity_and_scenario_write_their_json_with_o(cli, tmp_path):
     path = tmp_path / "findings.json"
     code, out, err = cli(["scenario", "TTFT", "--no-plot", "-o", str(path)])  # a choice in any case
     assert code == 0, err
-    assert json.loads(path.read_text())[0]["name"] == "ttft" and f"written to {path}" in out
+    assert json.loads(path.read_text())["scenarios"][0]["name"] == "ttft" and f"written to {path}" in out
     code, out, err = cli(["scenario", "ttft", "-o", "-"])
-    assert code == 0 and json.loads(out)[0]["name"] == "ttft"
+    assert code == 0 and json.loads(out)["scenarios"][0]["name"] == "ttft"
 
 
 def test_sensitivity_plot_names_three_figures_from_one_file_name(tmp_path):

@@ -17,7 +17,8 @@ def test_sweep_names_the_unit_of_each_range_and_its_json_has_no_float_noise(cli)
     code, out, err = cli([*grid, "--json"])
     assert code == 0, err
     data = json.loads(out)
-    assert data["variables"]["bandwidth"] == [1.0, 1000.0, 3] and data["units"]["bandwidth"] == "GB/s"
+    # SI, as crossover's and sensitivity's (review 40 #11); the ends exactly as given
+    assert data["variables"]["bandwidth"] == [1e9, 1e12, 3] and data["units"]["bandwidth"] == "B/s"
 
 
 def test_a_missed_target_is_shown_with_the_digits_that_tell_it_from_the_target():

@@ -130,8 +130,21 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
     return out
 
 
+# a term of a breakdown below a picosecond is float residue (a difference of sums: dp_comm 3.4e-16 s
+# for a plan with one replica, review 40 #13), written 0
+RESIDUE_S = 1e-12
+
+
+def seconds_parts(parts: dict[str, Any]) -> dict[str, Any]:
+    """A breakdown in seconds for JSON, each scalar term under `RESIDUE_S` written 0.0."""
+    return {k: 0.0 if isinstance(v, float) and abs(v) < RESIDUE_S else v for k, v in parts.items()}
+
+
 def scenario_dict(scn: Scenario) -> dict[str, Any]:
-    return {"model": model_dict(scn.model), "cluster": cluster_dict(scn.cluster), "plan": plan_dict(scn.plan)}
+    plan = plan_dict(scn.plan)
+    if not scn.model.is_moe:  # no experts to split: null, as plan's rows and serve's plans (review 40 #12)
+        plan["etp"] = None
+    return {"model": model_dict(scn.model), "cluster": cluster_dict(scn.cluster), "plan": plan}
 
 
 def estimate_dict(est: TrainingEstimate) -> dict[str, Any]:
@@ -141,7 +154,7 @@ def estimate_dict(est: TrainingEstimate) -> dict[str, Any]:
         "tokens_per_s": plain(est.tokens_per_s),
         **{k: plain(getattr(est, k)) for k in ("model_tflops_per_gpu", "model_tflops_per_gpu_full_attention")},
         **{k: plain(getattr(est, k)) for k in ("hardware_tflops_per_gpu", "mfu", "hfu", "bubble_fraction")},
-        "breakdown_s": {k: plain(v) for k, v in est.breakdown.as_dict().items()},
+        "breakdown_s": seconds_parts({k: plain(v) for k, v in est.breakdown.as_dict().items()}),
         "hidden_s": {k: plain(v) for k, v in est.hidden_comm_s.items()},
         "compute_parts_s": {k: plain(v) for k, v in est.compute_parts_s.items()},
         "memory_bytes": whole_bytes_parts(est.memory.as_dict()),
@@ -291,15 +304,16 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
 
 def sweep_dict(result: Any, elapsed: float) -> dict[str, Any]:
     from shardwise.analyses.evaluate import recompute_label
-    from shardwise.analyses.experiment import DISPLAY_SCALE, DISPLAY_UNIT, SI_UNIT
+    from shardwise.analyses.experiment import SI_UNIT, column_values
 
     return {
+        # each range [lowest, highest, number of values] in SI, as crossover's and sensitivity's values
+        # and sweep's CSV (review 40 #11: GB/s, µs and TFLOP/s here), whole-number variables whole
         "variables": {
-            name: [float(f"{v * DISPLAY_SCALE.get(name, 1.0):.12g}") for v in (axis.min(), axis.max())] + [len(axis)]
+            name: [*column_values(name, np.array([axis.min(), axis.max()])).tolist(), len(axis)]
             for name, axis in zip(result.variables, result.axes, strict=True)
         },
-        # the unit of each range above (12 digits: 1000, not 1000.0000000000001): as shown, not SI
-        "units": {name: DISPLAY_UNIT.get(name, SI_UNIT.get(name, "")).strip() for name in result.variables},
+        "units": {name: SI_UNIT.get(name, "") for name in result.variables},
         "configurations": result.points,
         "seconds": elapsed,
         "configurations_per_s": result.points / elapsed if elapsed > 0 else None,
@@ -333,7 +347,9 @@ def simulation_dict(sim_step: Any, closed_s: float) -> dict[str, Any]:
         "mean_stage_idle_fraction": sim.mean_stage_idle_fraction,
         "stage_idle_fraction": sim.stage_idle_fraction.tolist(),
         "peak_in_flight_micro_batches": sim.peak_in_flight.tolist(),
-        "breakdown_s": {k: float(v) for k, v in sim_step.estimate.breakdown.as_dict().items()},
+        "breakdown_s": seconds_parts({k: float(v) for k, v in sim_step.estimate.breakdown.as_dict().items()}),
+        # each stage's compute (forward, backward, weight gradients): the text table's `busy`
+        "stage_busy_s": [float(v) for v in sim.busy_s],
         "operations": Rows(  # the simulator's times are finite
             ("stage", "kind", "micro_batch", "chunk", "start_s", "end_s"),
             [(s, KIND_NAMES[k], mb, c, a, b) for s, k, mb, c, a, b in sim.records],

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from shardwise import presets, units
 from shardwise.errors import SpecError
 from shardwise.loaders import parse_plan_spec
@@ -25,6 +27,16 @@ class Variable:
     integer: bool
     log: bool  # default axis scale
     parse: Callable[[str], float]
+
+
+def column_values(name: str, values: np.ndarray) -> np.ndarray:
+    """A swept variable's values as a table's column: a whole-number variable (batch, layers, ...) as
+    integers, so a CSV writes `16`, not `16.0` (review 40 #6, #11); the others as floats (SI)."""
+    var = VARIABLES.get(name)
+    v = np.asarray(values)
+    if var is not None and var.integer and v.size and np.all(np.isfinite(v)) and np.all(v == np.rint(v)):
+        return np.rint(v).astype(np.int64)
+    return v
 
 
 def _int(text: str) -> float:

@@ -33,7 +33,7 @@ class Alternative:
     change: str  # what differs, e.g. "tp=16, dp=8"
     step_time_s: float
     relative: float  # (alternative - best) / best, in the search's objective (positive: worse)
-    fits: bool
+    fits_in_memory: bool  # as predict's and plan's rows (review 40 #7: was `fits`)
     reason: str
     excluded: str | None = None  # why the search did not consider it, if it did not
     # searched and better on the estimates printed, yet ranked below the best: why (`ranked_below`)
@@ -333,7 +333,7 @@ def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
             below = ranked_below(search, index, plan, rel, _value(est, "step_time_s") > _value(best, "step_time_s"))
         step = _value(est, "step_time_s")
         out.append(Alternative(label, step, rel, fits, compare(best, est, capacity), excluded, below))
-    return sorted(out, key=lambda a: (not a.fits, a.relative))
+    return sorted(out, key=lambda a: (not a.fits_in_memory, a.relative))
 
 
 SAME = 5e-4  # a relative difference that prints as 0.0%: `describe` calls the neighbour the same
@@ -389,8 +389,10 @@ def describe(alt: Alternative) -> str:
     outside = f", {note}" if note else ""
     reason = "" if alt.reason == "the same cost" else f" ({alt.reason})"
     if alt.relative < -SAME:  # what the stack lacks (review 34: ZeRO-1 under torchtitan) before the memory
-        why = " and ".join([*([alt.excluded] if alt.excluded else []), *([] if alt.fits else ["does not fit"])])
+        why = " and ".join(
+            [*([alt.excluded] if alt.excluded else []), *([] if alt.fits_in_memory else ["does not fit"])]
+        )
         return f"{alt.change}: {-alt.relative:.1%} better but {why or note or 'outside the search'}: {alt.reason}"
     verdict = f"+{alt.relative:.1%}" if alt.relative > SAME else "the same"
-    fits = "" if alt.fits else ", does not fit"
+    fits = "" if alt.fits_in_memory else ", does not fit"
     return f"{alt.change}: {verdict}{fits}{outside}{reason}"

@@ -176,8 +176,12 @@ class PlanSearch:
         out["sequence_parallel"] = bool(out["sequence_parallel"])
         from shardwise.specs.stages import describe_split
 
-        out["stage_layers"] = describe_split(
-            self.model.layers, int(out["pp"]), int(out["first_stage_layers"]), int(out["last_stage_layers"])
+        # null where every stage has the same layers, as predict's (review 40 #12: '')
+        out["stage_layers"] = (
+            describe_split(
+                self.model.layers, int(out["pp"]), int(out["first_stage_layers"]), int(out["last_stage_layers"])
+            )
+            or None
         )
         out.update(
             step_time_s=at(est.step_time_s),

@@ -40,7 +40,7 @@ class RunCheck:
     low: float
     high: float
     label: str
-    fits: bool | None = None  # in memory as the model counts it (training runs; None: serving)
+    fits_in_memory: bool | None = None  # in memory as the model counts it (training runs; None: serving)
 
     @property
     def error(self) -> float:
@@ -161,7 +161,7 @@ def check_runs(runs: list[Any], fitted: Any = None) -> RunsReport:
             low=float(low[i]),
             high=float(high[i]),
             label=_layout(r.scenario.plan, r.metric == "step_time_s") + _workload(r),
-            fits=_fits(r),
+            fits_in_memory=_fits(r),
         )
         for i, r in enumerate(runs)
     ]

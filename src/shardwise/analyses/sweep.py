@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.analyses.evaluate import evaluate, evaluate_parts
+from shardwise.analyses.experiment import column_values
 from shardwise.calibration.spreads import Z80
 from shardwise.specs.experiment import Experiment
 
@@ -127,17 +128,17 @@ class SweepResult:
         n = int(np.prod(self.shape))
         yield "link", np.repeat(np.array(self.links, dtype=object), n)
         for name, values in zip(self.variables, mesh, strict=True):
-            yield COLUMN_NAMES.get(name, name), np.tile(values.ravel(), len(self.links))
+            yield COLUMN_NAMES.get(name, name), column_values(name, np.tile(values.ravel(), len(self.links)))
         for plan in self.plans:
             bands = [self.band(link, plan) for link in self.links]
             yield f"time_s[{plan}]", np.concatenate([self.times_s[(link, plan)].ravel() for link in self.links])
             yield f"time_s_low[{plan}]", np.concatenate([lo.ravel() for lo, _ in bands])
             yield f"time_s_high[{plan}]", np.concatenate([hi.ravel() for _, hi in bands])
-            yield f"fits[{plan}]", np.concatenate([self.fits[(link, plan)].ravel() for link in self.links])
+            yield f"fits_in_memory[{plan}]", np.concatenate([self.fits[(link, plan)].ravel() for link in self.links])
             for term in self.parts.get((self.links[0], plan), {}):
                 yield f"{term}_s[{plan}]", np.concatenate([self.parts[(lk, plan)][term].ravel() for lk in self.links])
         names = np.array([*self.plans, ""], dtype=object)
-        yield "winner", np.concatenate([names[self.winner(link).ravel()] for link in self.links])
+        yield "winner_plan", np.concatenate([names[self.winner(link).ravel()] for link in self.links])
         yield "margin", np.concatenate([self.margin(link).ravel() for link in self.links])
         yield from stack_columns(self.experiment, n * len(self.links))
 

@@ -256,7 +256,7 @@ def _print(
     out.print(f"  {format_seconds(r['step_time_s'])} per step = {parts}")
     out.print("why: each neighbour of the best plan (one choice changed) and what it pays")
     wrap = textwrap.TextWrapper(width=max(out.width, 60) - 1, initial_indent="  - ", subsequent_indent="    ")
-    shown = [a for a in why if a.fits or a.relative < 0]
+    shown = [a for a in why if a.fits_in_memory or a.relative < 0]
     for alt in shown:
         out.print(wrap.fill(describe(alt)), highlight=False, markup=False)
     rest = [a.change for a in why if a not in shown]

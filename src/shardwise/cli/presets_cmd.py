@@ -75,7 +75,7 @@ def presets(kind: str | None, name: str | None, as_json: bool) -> None:
     if as_json:
         from shardwise import export
 
-        click.echo(export.dumps({k: _describe(registry, k) for k in kinds}))
+        click.echo(export.dumps({k: [si_fields(row) for row in _describe(registry, k)] for k in kinds}))
         return
     from rich import box
     from rich.table import Table
@@ -146,6 +146,47 @@ CELL_UNITS = {
     "bandwidth": ("parse_rate_bytes_per_s", "format_rate"),
     "latency": ("parse_seconds", "format_seconds"),
 }
+
+
+# --json gives each quantity in SI with its unit in the key, under the name predict's
+# `scenario.cluster` uses where it has one (review 40 #10: '989.4 TFLOPS', '79.11GiB' a script had to
+# parse); the text table keeps the display strings (`CELL_UNITS`)
+JSON_UNITS = {
+    "peak_16bit": ("peak_flops_per_s_16bit", "parse_flops_per_s"),
+    "peak_fp8": ("peak_flops_per_s_fp8", "parse_flops_per_s"),
+    "peak_fp4": ("peak_flops_per_s_fp4", "parse_flops_per_s"),
+    "memory": ("memory_bytes", "parse_bytes"),
+    "memory_bandwidth": ("memory_bandwidth_bytes_per_s", "parse_rate_bytes_per_s"),
+    "l2": ("l2_bytes", "parse_bytes"),
+    "l2_bandwidth": ("l2_bandwidth_bytes_per_s", "parse_rate_bytes_per_s"),
+    "host_link": ("host_link_bytes_per_s", "parse_rate_bytes_per_s"),
+    "tdp": ("tdp_watts", "parse_watts"),
+    "bandwidth": ("bandwidth_bytes_per_s", "parse_rate_bytes_per_s"),
+    "ll_bandwidth": ("ll_bandwidth_bytes_per_s", "parse_rate_bytes_per_s"),
+    "latency": ("latency_s", "parse_seconds"),
+    "host_kernel": ("host_kernel_s", "parse_seconds"),
+    "host_memory_bandwidth": ("host_memory_bandwidth_bytes_per_s", "parse_rate_bytes_per_s"),
+    "socket_link_bandwidth": ("socket_link_bandwidth_bytes_per_s", "parse_rate_bytes_per_s"),
+    "uplink_bandwidth": ("uplink_bandwidth_bytes_per_s", "parse_rate_bytes_per_s"),
+}
+
+
+def si_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """A preset's fields for --json: each quantity of `JSON_UNITS` parsed to SI under its unit-named
+    key (bytes whole, as `units.whole_bytes`), nested objects (a system's `pcie`) too; the rest as is."""
+    from shardwise import units
+
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        if isinstance(value, dict):
+            out[key] = si_fields(value)
+        elif key in JSON_UNITS and isinstance(value, str | int | float) and not isinstance(value, bool):
+            name, parse = JSON_UNITS[key]
+            number = getattr(units, parse)(value)
+            out[name] = units.whole_bytes(number) if name.endswith("_bytes") else number
+        else:
+            out[key] = value
+    return out
 
 
 def _cell(row: dict[str, Any], column: str) -> str:
@@ -274,9 +315,12 @@ def _print_fields(
     if as_json:
         from shardwise import export
 
-        extra = {("from_family_default" if label else "from_like"): list(inherited)} if inherited else {}
+        named = [JSON_UNITS.get(f, (f,))[0] for f in inherited]  # under the keys the fields have here
+        extra = {("from_family_default" if label else "from_like"): named} if inherited else {}
         click.echo(
-            export.dumps({kind: {"name": key, **fields, **counts.get(kind, {}), **extra} for kind, fields in found})
+            export.dumps(
+                {kind: {"name": key, **si_fields(fields), **counts.get(kind, {}), **extra} for kind, fields in found}
+            )
         )
         return
     for kind, fields in found:

@@ -77,19 +77,20 @@ def scenario(
     if as_json or output_path is not None:
         from shardwise import export
 
-        document = export.dumps(
-            # the finding's line break is the terminal's layout (two lines); JSON carries the sentence whole
-            [
-                {
-                    "name": r.name,
-                    "claim": r.title,
-                    "holds": bool(r.holds),  # the verdict the finding ends with
-                    "finding": r.finding.replace("\n", " "),
-                    "numbers": r.numbers,
-                }
-                for r in reports
-            ]
-        )
+        # an object, as every other --json (review 40 #9: a bare list, without `notes` or `command`);
+        # the finding's line break is the terminal's layout (two lines); JSON carries the sentence whole
+        scenarios = [
+            {
+                "name": r.name,
+                "claim": r.title,
+                "holds": bool(r.holds),  # the verdict the finding ends with
+                "finding": r.finding.replace("\n", " "),
+                "numbers": r.numbers,  # SI, the unit in each lower-case key
+            }
+            for r in reports
+        ]
+        command = " ".join(["shardwise scenario", *(chosen if names else [])])
+        document = export.dumps({"scenarios": scenarios, "notes": [], "command": command})
         if output_path not in (None, STDOUT):
             output.write_text(output_path, document + "\n")
         if as_json:

@@ -10,16 +10,28 @@ from shardwise.cli.options import _stack, alias_option, cluster_options, model_o
 from shardwise.cli.output import output_option
 from shardwise.cli.serve_output import OUTPUT_FORMATS
 from shardwise.precisions import STORAGE_PRECISIONS
-from shardwise.requests.serve import (  # noqa: F401 (the names tests and tools read here)
-    FRAMEWORK_ALL_REDUCE,
-    FRAMEWORK_NVLS_OFF,
+from shardwise.serving_names import (  # light: `serve --help` imports no numpy (review 40 #19)
+    FRAMEWORK_NVLS_OFF,  # noqa: F401 (tests read it here)
     RUNTIME_NAMES,
     SERVING_FRAMEWORKS,
+    SHAREGPT_MEAN_INPUT_TOKENS,
+    SHAREGPT_MEAN_OUTPUT_TOKENS,
 )
-from shardwise.requests.serve_plans import scenario as _scenario  # noqa: F401
-from shardwise.specs.request_mix import SHAREGPT_MEAN_INPUT_TOKENS, SHAREGPT_MEAN_OUTPUT_TOKENS
 
 PRECISIONS = list(STORAGE_PRECISIONS)  # weights and KV cache (shardwise.precisions)
+
+
+def __getattr__(name: str) -> Any:
+    """The names tests and tools read here that need the request layer, imported when asked for."""
+    if name == "FRAMEWORK_ALL_REDUCE":
+        from shardwise.requests.serve import FRAMEWORK_ALL_REDUCE
+
+        return FRAMEWORK_ALL_REDUCE
+    if name == "_scenario":
+        from shardwise.requests.serve_plans import scenario
+
+        return scenario
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 serving_options = _stack(

@@ -195,10 +195,11 @@ def _print(summary: dict[str, Any], out_path: str | None, map_path: str | None) 
     from shardwise.cli.render import console
 
     out = console()
-    from shardwise.analyses.experiment import DISPLAY_UNIT
+    from shardwise.analyses.experiment import DISPLAY_SCALE, DISPLAY_UNIT
 
-    grid = " x ".join(
-        f"{name} {lo:g}..{hi:g}{DISPLAY_UNIT.get(name, '')} ({n} values)"
+    grid = " x ".join(  # the JSON's SI ranges in the units the other tables show
+        f"{name} {lo * DISPLAY_SCALE.get(name, 1):g}..{hi * DISPLAY_SCALE.get(name, 1):g}{DISPLAY_UNIT.get(name, '')} "
+        f"({n} values)"
         for name, (lo, hi, n) in summary["variables"].items()
     )
     out.print(f"grid: {grid}")

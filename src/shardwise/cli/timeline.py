@@ -99,9 +99,11 @@ def _print(
     for line in describe_scenario(est, recompute_from):
         out.print(line)
     step = float(est.step_time_s)
+    gap = (step - closed_s) / closed_s
+    gap = 0.0 if abs(gap) < 5e-4 else gap  # rounds to 0.0%: never "-0.0%" (review 40 #13)
     out.print(
         f"\nsimulated step {format_seconds(step)} ({format_seconds_range(interval[0], interval[1])}; closed form "
-        f"{format_seconds(closed_s)}, {(step - closed_s) / closed_s:+.1%}); {len(sim.records):,} operations"
+        f"{format_seconds(closed_s)}, {gap:+.1%}); {len(sim.records):,} operations"
     )
     out.print(f"[dim]{interval_words(interval[0], interval[1], step, interval[2])}[/]")
     table = Table(header_style="bold")

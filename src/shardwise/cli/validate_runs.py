@@ -26,6 +26,41 @@ def _short(name: str, width: int = 48) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
+def _group_dict(g: Any) -> dict[str, Any]:
+    """One group as `--json` writes it: under the keys the other tables use (review 40 #8:
+    `mean_absolute_error`, as `validate --json`, where it was `mape`)."""
+    return {
+        "name": g.name,
+        "stacks": g.stacks,
+        "runs": g.runs,
+        "mean_absolute_error": g.mape,
+        "bias": g.bias,
+        "coverage": g.coverage,
+        "median_half_width": g.median_half_width,
+    }
+
+
+def _run_dict(r: Any) -> dict[str, Any]:
+    """One run as `--json` writes it: `id` (as `validate --json`'s rows and calibrate's `residuals`),
+    its 80% interval `predicted_low`/`predicted_high` (the `*_low`/`*_high` of every interval), and
+    null, not '', where a run names no group (review 40 #8)."""
+    return {
+        "id": r.run_id,
+        "where": r.where,
+        "group": r.group or None,
+        "stack": r.stack,
+        "metric": r.metric,
+        "measured": r.measured,
+        "predicted": r.predicted,
+        "predicted_low": r.low,
+        "predicted_high": r.high,
+        "label": r.label,
+        "fits_in_memory": r.fits_in_memory,
+        "error": r.error,
+        "covered": r.covered,
+    }
+
+
 def show_runs(path: str, calibration: str | None, as_json: bool, markdown: bool, show_rows: str) -> None:
     from shardwise.analyses.runs_check import check_runs
     from shardwise.calibration.runs import read_runs
@@ -55,9 +90,9 @@ def show_runs(path: str, calibration: str | None, as_json: bool, markdown: bool,
                 {
                     "runs_file": str(path),
                     "interval_basis": basis,
-                    "groups": [asdict(g) for g in report.groups],
-                    "ranking_within_groups": [asdict(g) for g in report.rankings],
-                    "runs": [{**asdict(r), "error": r.error, "covered": r.covered} for r in report.runs],
+                    "groups": [_group_dict(g) for g in report.groups],
+                    "ranking_within_groups": [{**asdict(g), "release": g.release or None} for g in report.rankings],
+                    "runs": [_run_dict(r) for r in report.runs],
                     "notes": notes,
                 }
             )
@@ -104,7 +139,7 @@ def show_runs(path: str, calibration: str | None, as_json: bool, markdown: bool,
             else "no group here has 3 layouts, so none is ranked"
         )
     )
-    unfit = [r.run_id for r in report.runs if r.fits is False]
+    unfit = [r.run_id for r in report.runs if r.fits_in_memory is False]
     if unfit:
         shown = ", ".join(unfit[:8]) + (f" and {len(unfit) - 8} more" if len(unfit) > 8 else "")
         note += (

@@ -229,14 +229,14 @@ def winner_map(table: str) -> tuple[Figure, str]:
     counts = dict.fromkeys(plans, 0)
     for r in rows:
         i, j = yi[float(r[yname])], xi[float(r[xname])]
-        z[i][j] = code.get(r["winner"])
-        counts[r["winner"]] = counts.get(r["winner"], 0) + 1
+        z[i][j] = code.get(r["winner_plan"])
+        counts[r["winner_plan"]] = counts.get(r["winner_plan"], 0) + 1
         times = ", ".join(
             f"{p} {format_seconds(float(r[f'time_s[{p}]']))}" if r[f"time_s[{p}]"] not in ("", "nan") else f"{p} -"
             for p in plans
         )
-        text[i][j] = f"{xlabel} {r[xname]}, {ylabel} {r[yname]}<br>fastest: {r['winner']}<br>{times}" + _terms(
-            r, r["winner"]
+        text[i][j] = f"{xlabel} {r[xname]}, {ylabel} {r[yname]}<br>fastest: {r['winner_plan']}<br>{times}" + _terms(
+            r, r["winner_plan"]
         )
     n = max(len(plans), 1)
     scale = [[(k + (e == 1)) / n, COLORS[k % 8]] for k in range(n) for e in (0, 1)]

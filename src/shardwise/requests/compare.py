@@ -282,6 +282,12 @@ class SweepResult:
         """The grid, one row per link and point (what `sweep -o FILE` writes)."""
         return dict(self.result.columns())
 
+    def csv_text(self) -> str:
+        """The grid as CSV, what `sweep -o -` prints (as `CrossoverResult.csv_text`; review 40 #18)."""
+        from shardwise.tables import csv_text
+
+        return csv_text(self.columns())
+
 
 @dataclass(frozen=True)
 class SweepRequest:

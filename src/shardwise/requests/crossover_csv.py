@@ -18,7 +18,9 @@ def crossover_csv(result: Any) -> str:
     import numpy as np
 
     from shardwise.analyses.evaluate import recompute_label, why_invalid
+    from shardwise.analyses.experiment import column_values
     from shardwise.analyses.sweep import COLUMN_NAMES
+    from shardwise.tables import cell
 
     exp = result.experiment
     links = {lk.label: lk.link for lk in exp.links}
@@ -26,8 +28,9 @@ def crossover_csv(result: Any) -> str:
     framework = str(exp.plan_defaults.get("framework") or "megatron-core")
     buf = io.StringIO()
     w = csv.writer(buf)
-    # the variable in SI under sweep's column name (bandwidth_bytes_per_s, ...); booleans as
-    # sweep's and plan's CSVs write them (tables.csv_text: true/false)
+    # the variable in SI under sweep's column name (bandwidth_bytes_per_s, ...); every cell as
+    # sweep's, plan's and serve's CSVs write it (tables.cell: true/false, floats in full)
+    xs = column_values(result.variable, np.asarray(result.values)).tolist()
     variable = COLUMN_NAMES.get(result.variable, result.variable)
     header = [variable, "link", "plan", "time_s", "time_s_low", "time_s_high", "fits_in_memory"]
     w.writerow([*header, "winner", "valid", "why", "framework", "recompute"])
@@ -36,26 +39,14 @@ def crossover_csv(result: Any) -> str:
         for s in result.series_for(link):
             low, high = result.band(s)  # the 80% band, as --json and sweep's CSV carry it
             recompute = recompute_label(exp, plans[s.plan])
-            for j, x in enumerate(result.values):
+            for j, x in enumerate(xs):
                 t = s.time_s[j]
                 valid = bool(t == t)
                 why = ""
                 if not valid:
-                    grid = {result.variable: np.array([float(x)])}
+                    grid = {result.variable: np.array([float(result.values[j])])}
                     why = why_invalid(exp, plans[s.plan], links[link], grid) or "invalid"
-                fits = str(bool(s.fits[j])).lower() if valid else ""
-                w.writerow(
-                    [
-                        f"{x:g}",
-                        link,
-                        s.plan,
-                        *("" if not valid else f"{v:.6g}" for v in (t, low[j], high[j])),
-                        fits,
-                        str(bool(winners[j] == s.plan)).lower(),
-                        str(valid).lower(),
-                        why,
-                        framework,
-                        recompute,
-                    ]
-                )
+                fits = bool(s.fits[j]) if valid else None
+                row = [x, link, s.plan, *(None if not valid else v for v in (t, low[j], high[j]))]
+                w.writerow(map(cell, [*row, fits, bool(winners[j] == s.plan), valid, why, framework, recompute]))
     return buf.getvalue()

@@ -378,7 +378,8 @@ class PlanRequest:
         rows = with_intervals(result, best, spread)
         for r, i in zip(rows, best, strict=True):
             request = row_request(result, int(i), self.training)
-            r["etp"] = request.training.etp or r["tp"]  # experts split over etp ranks (dense: unused, = tp)
+            # experts split over etp ranks; a dense model has none: null, as predict's and serve's (review 40 #12)
+            r["etp"] = (request.training.etp or r["tp"]) if result.model.is_moe else None
             r["command"] = request.command()
         launch = None
         if self.emit is not None:

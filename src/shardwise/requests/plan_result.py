@@ -133,8 +133,10 @@ class PlanResult:
         out: dict[str, Any] = {}
         for key, values in cols.items():
             out[key] = values
-            if key == "ep":  # experts split over etp ranks (dense: unused, = tp), as the JSON rows' etp
-                out["etp"] = np.full(n, int(etp)) if etp else np.asarray(cols["tp"]).copy()
+            if key == "ep":  # experts split over etp ranks, as the JSON rows' etp (dense: none, an empty cell)
+                out["etp"] = np.full(n, int(etp)) if etp else np.full(n, np.nan)
+            elif key == "memory_bytes":  # whole bytes, the JSON rows' total (units.whole_bytes)
+                out[key] = np.rint(np.asarray(values, dtype=float)).astype(np.int64)
             elif key == "step_time_s":
                 t = np.asarray(values, dtype=float)
                 out["step_time_s_low"], out["step_time_s_high"] = t * lo, t * hi
@@ -162,9 +164,9 @@ def with_intervals(result: Any, best: Any, spread: Any) -> list[dict[str, Any]]:
         r = dict(result.row(int(i)))
         lo, hi = spread.bounds(r["step_time_s"])
         r["step_time_s_low"], r["step_time_s_high"] = float(lo[j]), float(hi[j])
-        tok = r["tokens_per_s_per_gpu"]
-        r["tokens_per_s_per_gpu_low"] = tok * r["step_time_s"] / r["step_time_s_high"]
-        r["tokens_per_s_per_gpu_high"] = tok * r["step_time_s"] / r["step_time_s_low"]
+        for rate in ("tokens_per_s", "tokens_per_s_per_gpu"):  # the cluster's too, as predict's (review 40 #14)
+            r[f"{rate}_low"] = r[rate] * r["step_time_s"] / r["step_time_s_high"]
+            r[f"{rate}_high"] = r[rate] * r["step_time_s"] / r["step_time_s_low"]
         rows.append(r)
     key = "step_time_s" if result.space.objective == "time" else "tokens_per_s_per_gpu"
     for j, (a, b) in enumerate(pairwise(rows)):

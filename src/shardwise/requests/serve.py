@@ -22,27 +22,17 @@ from shardwise.requests.field_ranges import require
 from shardwise.requests.serve_flags import check_load_clash, check_serve_fields, default_batching, resolved_batching
 from shardwise.requests.serve_targets import TargetsResult
 from shardwise.requests.training import TrainingRequest
+from shardwise.serving_names import FRAMEWORK_NVLS_OFF, RUNTIME_NAMES, SERVING_FRAMEWORKS
 from shardwise.specs.serving import ENGINE_ALL_REDUCE
 
 if TYPE_CHECKING:
     from shardwise.requests.serve_result import ServeResult
 
-# Serving stacks and the runtime each implies (engines/serving.py RUNTIMES)
-SERVING_FRAMEWORKS = {
-    "tensorrt-llm": "graphs",
-    "vllm": "graphs",
-    "sglang": "graphs",
-    "llama.cpp": "graphs",
-    "fastertransformer": "cpp-eager",
-    "pytorch": "pytorch-eager",
-}
+# The serving stacks, the runtime each implies, those with NVLS off and the runtimes are
+# `serving_names`' (light, for the command line's options; imported above) ...
 # ... and the all-reduce kernel each uses on small messages (physics/custom_allreduce.py), the
 # default of `ServingWorkload` too
 FRAMEWORK_ALL_REDUCE = ENGINE_ALL_REDUCE
-# ... and those that start NCCL with NVLS off: SGLang sets NCCL_NVLS_ENABLE from --enable-nccl-nvls,
-# default false (sglang PR 631; srt/entrypoints/engine.py)
-FRAMEWORK_NVLS_OFF = ("sglang",)
-RUNTIME_NAMES = ("graphs", "cpp-eager", "pytorch-eager")
 # the model and cluster fields a serving request takes from the training ones (its plans are its own)
 CLUSTER_NAMES = {f.name for f in (*F.MODEL_FIELDS, *F.CLUSTER_FIELDS)} | {"first_stage_layers", "last_stage_layers"}
 

@@ -39,13 +39,16 @@ def all_reduce_text(kernel: str, cluster: Any) -> str:
 
 
 def header_dict(model: Any, cluster: Any, workload: Any, system: str | None) -> dict[str, Any]:
-    """The report header's names as JSON fields: model, system, GPUs, engine, all-reduce kernels."""
+    """The report header's names as JSON fields: model, system, GPUs, engine, all-reduce kernels. The
+    model is an object, its `name` and architecture, as plan's `model` and predict's `scenario.model`
+    (review 40 #9: a string here, an object there)."""
     from shardwise.engines.engine_presets import engine
+    from shardwise.export import model_dict
 
     preset = engine(workload.engine)
     name, where = all_reduce_use(workload.custom_all_reduce, cluster)
     return {
-        "model": model.name,
+        "model": model_dict(model),
         "system": system,
         "gpus": int(cluster.num_gpus),
         "gpu": cluster.gpu.name,

@@ -68,7 +68,7 @@ class ServeResult:
         found = self.setting.layouts
         return {
             "compared": len(self.setting.specs),
-            "experts": found.experts if found is not None else "",
+            "experts": (found.experts or None) if found is not None else None,  # null: none compared
             "not_shown": list(self.dropped),
             "not_compared": list(found.left_out) if found is not None else [],
         }

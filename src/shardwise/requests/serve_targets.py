@@ -26,17 +26,19 @@ class TargetsResult:
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON `serve --ttft-max ... --json` prints."""
-        from shardwise.requests.serve_notes import search_notes
+        from shardwise.requests.serve_notes import header_dict, search_notes
 
         wl = self.setting.workload
         found = self.setting.layouts
         layouts = {
             "searched": len({o.label for o in self.options} | {label for label, _ in self.dropped}),
-            "experts": found.experts if found is not None else "",
+            "experts": (found.experts or None) if found is not None else None,  # null: none compared (review 40 #12)
             "not_shown": [{"plan": label, "weight_precision": w} for label, w in self.dropped],
             "not_compared": list(found.left_out) if found is not None else [],
         }
         return {
+            # the model, system, GPUs and engine, as `serve --json` without targets (review 40 #9)
+            **header_dict(self.setting.model, self.setting.cluster, wl, self.request.target.system),
             "targets": {"ttft_max_s": self.ttft_max_s, "tpot_max_s": self.tpot_max_s, "percentile": self.percentile},
             "workload": {"input_len": wl.input_len, "output_len": wl.output_len},
             "options": [

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from shardwise.serving_names import SHAREGPT_MEAN_INPUT_TOKENS, SHAREGPT_MEAN_OUTPUT_TOKENS  # noqa: F401 (the mix's means)
 from shardwise.specs._checks import SpecError
 
 
@@ -92,8 +93,7 @@ class RequestMix:
 # - mu such that, after the filter (both directions together), the means are 224 and 198 (solved
 #   once on 4 million draws): medians then 129 and 111 tokens, p99 964 and 1,264, 83% of the draws
 #   kept (tests/test_request_mix.py checks the means).
-SHAREGPT_MEAN_INPUT_TOKENS = 224.0
-SHAREGPT_MEAN_OUTPUT_TOKENS = 198.1
+# (SHAREGPT_MEAN_INPUT_TOKENS, SHAREGPT_MEAN_OUTPUT_TOKENS: 224 and 198.1, in `serving_names`, imported above)
 SHAREGPT = RequestMix(
     name="sharegpt",
     source="ShareGPT as vLLM's and SGLang's benchmarks sample it, log-normal: docs/serving.md#request-mixes",

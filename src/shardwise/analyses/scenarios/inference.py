@@ -54,7 +54,7 @@ def batch1_inference(plot: bool) -> ScenarioReport:
         "batch1-inference",
         "Batch-1 inference: PP beats TP's per-layer all-reduce latency (4.4)",
         finding,
-        {f"{p}_{link}_ms": v for (p, link), v in ms.items()},
+        {f"{p}_{link.lower()}_s": v / 1e3 for (p, link), v in ms.items()},  # SI, lower-case keys
         holds,
         fig,
     )
@@ -97,8 +97,14 @@ def ttft(plot: bool) -> ScenarioReport:
         "ttft",
         "Latency-bound time to first token: PP raises TTFT, TP lowers it (5)",
         finding,
-        {"tp_nvlink_ms": float(tpn), "pp_nvlink_ms": float(ppn), "tp_pcie_ms": float(tpp), "pp_pcie_ms": float(ppp)}
-        | {f"pp_faster_up_to_prompt_{link.lower()}": float(v.max()) if v.size else 0.0 for link, v in pp_first.items()},
+        {
+            f"{k}_s": float(v) / 1e3
+            for k, v in (("tp_nvlink", tpn), ("pp_nvlink", ppn), ("tp_pcie", tpp), ("pp_pcie", ppp))
+        }
+        | {
+            f"pp_faster_up_to_prompt_{link.lower()}_tokens": int(v.max()) if v.size else 0
+            for link, v in pp_first.items()
+        },
         holds,
         fig,
     )

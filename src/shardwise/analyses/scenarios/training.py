@@ -350,7 +350,14 @@ def wide_layers(plot: bool) -> ScenarioReport:
         "wide-layers",
         "Layers too wide for one GPU: PP cannot help, TP must (5)",
         finding,
-        {"layer_state_bytes": float(layer_state), "pp_min_bytes": min(mem_pp), "tp_min_bytes": min(mem_tp)},
+        {
+            k: round(float(v))
+            for k, v in (
+                ("layer_state_bytes", layer_state),
+                ("pp_min_bytes", min(mem_pp)),
+                ("tp_min_bytes", min(mem_tp)),
+            )
+        },
         bool(holds),
         fig,
     )
