@@ -326,7 +326,8 @@ def test_runs_naming_a_model_file_without_family_say_what_it_was_given(cli, tmp_
         assert code == 0, err
         assert err.count("names no family") == 1 and "tied_embeddings true" in err
         notes = json.loads(out)["notes"]
-        assert len(notes) == 1 and "names no family" in notes[0]
+        # once per file (calibrate's notes may also say a prior was widened: review 40 #4)
+        assert sum("names no family" in n for n in notes) == 1
     model.write_text(model.read_text() + "family: llama\n")
     code, out, err = cli(["validate", "--runs", str(runs), "--json"])
     assert code == 0 and json.loads(out)["notes"] == [] and "family" not in err

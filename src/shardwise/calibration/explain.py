@@ -43,13 +43,8 @@ from typing import Any
 import numpy as np
 
 from shardwise.calibration.parameters import BY_NAME, NEUTRAL, PARAMETERS, apply
-from shardwise.errors import SpecError
 
 GRID = 25
-# A run the model misses by more than this factor is far: what would explain it is said, and it is
-# refused only when no parameter within its physical range does (a unit slip: ms for s, per-GPU
-# for total, or a run the model cannot express). `shardwise calibrate` and `fit.fit` alike.
-MAX_MISS = 3.0
 FAR_LOG = math.log(1.08)  # a run the ordinary fit misses by more than 8%: choose parameters by need
 MIN_GAIN = 2.0  # -2 log evidence: a parameter must improve the fit at least this much to be added
 FEW_RUNS = 8  # up to this many runs, forward selection is always tried (module docstring)
@@ -99,34 +94,6 @@ def explain_run(case: Any, measured: float) -> RunExplanations:
             found.append(Explanation(p.name, value, abs(uu - p.prior_mean) / p.prior_sd, text))
     found.sort(key=lambda e: e.prior_sds)
     return RunExplanations(measured / predicted, tuple(found), tried)
-
-
-def far_runs(cases: list[Any], measured: Any, predicted: Any) -> list[int]:
-    """The runs the model misses by more than MAX_MISS either way (a `shardwise measure` layer stack,
-    which has no unit to slip, never)."""
-    from shardwise.calibration.cases import LayerStackCase
-
-    out = []
-    for i, (case, m, t) in enumerate(zip(cases, measured, predicted, strict=True)):
-        ratio = float(t) / float(m)
-        if isinstance(case, LayerStackCase) or (math.isfinite(ratio) and 1 / MAX_MISS <= ratio <= MAX_MISS):
-            continue
-        out.append(i)
-    return out
-
-
-def refuse_unexplained(cases: list[Any], measured: Any, predicted: Any, where: list[str] | None = None) -> list[str]:
-    """One line per far run (`far_runs`) saying what would explain it; a SpecError for the first far
-    run that no parameter within its physical range explains (`shardwise calibrate` refuses it too)."""
-    notes = []
-    for i in far_runs(cases, measured, predicted):
-        ex = explain_run(cases[i], float(measured[i]))
-        label = where[i] if where is not None else f"calibrate: run {i + 1}"
-        line = describe(label, getattr(cases[i], "metric", "step_time_s"), float(measured[i]), ex)
-        if not ex.found:
-            raise SpecError(f"{line}; check the unit (seconds, tokens/s per GPU) and the layout, or leave the run out")
-        notes.append(line)
-    return notes
 
 
 def quantity(case: Any, name: str, value: float) -> str:

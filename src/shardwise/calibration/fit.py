@@ -124,7 +124,7 @@ def fit(
     logt0, grad0, far = _effects_at_prior(ev, candidates, u0)
     before = logt0 - target
     if check:
-        from shardwise.calibration.explain import refuse_unexplained
+        from shardwise.calibration.far import refuse_unexplained
 
         refuse_unexplained(scenarios, measured, np.exp(logt0))
     not_fitted: dict[str, str] = {}

@@ -210,7 +210,7 @@ def explain_far(measured: list[Any], values: Any) -> list[str]:
     """One line per far run saying what would have to be true to explain it (`calibration.explain`);
     a SpecError naming what was tried for a run nothing explains."""
     from shardwise.calibration.cases import Evaluator
-    from shardwise.calibration.explain import refuse_unexplained
+    from shardwise.calibration.far import refuse_unexplained
 
     cases = [r.case for r in measured]
     predicted = Evaluator(cases).step_s({})[0]
