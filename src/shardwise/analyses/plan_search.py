@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardwise.analyses.plan_space import expert_tp
-from shardwise.analyses.search_space import RECOMPUTE_NAMES, SCHEDULE_NAMES, SearchSpace
+from shardwise.analyses.search_space import RECOMPUTE_NAMES, SCHEDULE_NAMES, SearchSpace, for_candidates
 from shardwise.engines.result import TrainingEstimate
 from shardwise.engines.training import estimate_training_step
 from shardwise.specs import Cluster, Model, Plan, Recompute, Scenario
@@ -131,7 +131,7 @@ class PlanSearch:
 
     def plan(self, i: int) -> Plan:
         c = {k: v[i].item() for k, v in self.columns.items()}
-        execution = searched_out(self.space.execution)
+        execution = searched_out(for_candidates(self.space.execution, self.space.execution_sp, c["sequence_parallel"]))
         if c["recompute"] != Recompute.SELECTIVE:  # Megatron-Core's modules are selective recomputation's
             execution.pop("recompute_modules", None)
         return Plan(
@@ -258,7 +258,7 @@ def columns_scenario(
         shard_group=cols["shard_group"],
         etp=expert_tp(model),
         precision=space.precision,
-        **searched_out(space.execution),
+        **searched_out(for_candidates(space.execution, space.execution_sp, cols["sequence_parallel"])),
     )
     return Scenario(model, cluster_for(cluster, cols["gpus"]), plan)
 
