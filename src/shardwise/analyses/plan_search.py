@@ -189,6 +189,8 @@ class PlanSearch:
             # predict's: the GPU's capacity; the search's filter keeps the headroom free too
             fits_in_memory=at(est.memory.total_bytes) <= float(self.cluster.gpu.memory_bytes),
             fits_with_headroom=bool(self.fits[i]),
+            # the step time is the discrete-event simulator's (`analyses.plan_confirm`), not the closed form's
+            simulated=self.simulated is not None and bool(self.simulated[i]),
             breakdown_s={k: at(v) for k, v in est.breakdown.as_dict().items()},
         )
         return out
@@ -223,6 +225,7 @@ class PlanSearch:
         cols["memory_bytes"] = np.asarray(est.memory.total_bytes, dtype=float)
         cols["fits_in_memory"] = cols["memory_bytes"] <= float(self.cluster.gpu.memory_bytes)  # as predict's
         cols["fits_with_headroom"] = self.fits  # the search's filter: the headroom kept free too
+        cols["simulated"] = np.zeros(self.fits.shape, dtype=bool) if self.simulated is None else self.simulated
         for k, v in est.breakdown.as_dict().items():
             cols[f"{k}_s"] = np.broadcast_to(np.asarray(v, dtype=float), self.fits.shape)
         return cols

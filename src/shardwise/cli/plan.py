@@ -229,7 +229,7 @@ def _print(
             "on" if r["sequence_parallel"] else "off",
             str(r["zero_stage"]),
             *([str(r["shard_group"] or ("all" if r["zero_stage"] else "-"))] if hybrid else []),
-            format_seconds(r["step_time_s"]),
+            format_seconds(r["step_time_s"]) + ("*" if r.get("simulated") else ""),
             format_seconds_range(r["step_time_s_low"], r["step_time_s_high"]),
             f"{r['tokens_per_s_per_gpu']:,.0f}",
             f"{r['mfu']:.1%}",
@@ -237,6 +237,12 @@ def _print(
         )
     out.print(table)
     out.print(f"[dim]80% range: {basis}[/]")
+    if any(r.get("simulated") for r in rows):
+        out.print(
+            "[dim]* step time simulated operation by operation (the closed form's for the rest; they agree for "
+            "1F1B and GPipe with one chunk per GPU, the simulator adds what interleaved and zero-bubble schedules' "
+            "sends cost)[/]"
+        )
     r = rows[0]
     if len(rows) > 1 and r["tie_with_next"]:
         pair = f"({format_seconds(r['step_time_s'])} and {format_seconds(rows[1]['step_time_s'])})"
