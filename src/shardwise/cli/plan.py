@@ -262,12 +262,18 @@ def _print(
     out.print(f"  {format_seconds(r['step_time_s'])} per step = {parts}")
     out.print("why: each neighbour of the best plan (one choice changed) and what it pays")
     wrap = textwrap.TextWrapper(width=max(out.width, 60) - 1, initial_indent="  - ", subsequent_indent="    ")
-    shown = [a for a in why if a.fits or a.relative < 0]
+    cannot = [a for a in why if a.framework_cannot]  # review 41: apart from the runnable neighbours
+    shown = [a for a in why if (a.fits or a.relative < 0) and not a.framework_cannot]
     for alt in shown:
         out.print(wrap.fill(describe(alt)), highlight=False, markup=False)
-    rest = [a.change for a in why if a not in shown]
+    rest = [a.change for a in why if a not in shown and not a.framework_cannot]
     if rest:
         out.print(wrap.fill(f"do not fit in memory: {'; '.join(rest)}"), markup=False)
+    if cannot:
+        stack = str(result.space.execution.get("framework") or "the framework")
+        out.print(f"not runnable on {stack} (for scale, what the model says they would change):")
+        for alt in cannot:
+            out.print(wrap.fill(describe(alt)), highlight=False, markup=False)
     if csv_path is not None:
         out.print(f"all {result.evaluated:,} plans: {csv_path}")
     if figure is not None:
