@@ -274,7 +274,29 @@ def _print(
         out.print(f"not runnable on {stack} (for scale, what the model says they would change):")
         for alt in cannot:
             out.print(wrap.fill(describe(alt)), highlight=False, markup=False)
+    _print_headroom(out, result, r, wrap)
     if csv_path is not None:
         out.print(f"all {result.evaluated:,} plans: {csv_path}")
     if figure is not None:
         out.print(f"figure: {figure}")
+
+
+def _print_headroom(out: Any, result: Any, best: dict[str, Any], wrap: Any) -> None:
+    """The plans dropped only for the headroom (`analyses.plan_headroom`), the fastest three."""
+    import textwrap
+
+    from shardwise.analyses.plan_headroom import within_headroom
+    from shardwise.cli.plan_cells import plan_label
+    from shardwise.units import format_seconds
+
+    held = within_headroom(result)
+    if held.indices.size == 0:
+        return
+    free = result.space.memory_headroom_bytes / 1e9
+    items = []
+    for i, step, mem in zip(held.indices[:3], held.step_time_s[:3], held.memory_bytes[:3], strict=True):
+        faster = f", {1 - step / best['step_time_s']:.1%} faster than the best" if step < best["step_time_s"] else ""
+        items.append(f"{plan_label(result.row(int(i)))}: {format_seconds(float(step))}{faster}, {mem / 1e9:.1f} GB")
+    more = f" (fastest 3 of {held.indices.size})" if held.indices.size > 3 else ""
+    text = f"fits, but within the headroom ({free:.0f} GB kept free, --memory-headroom){more}: " + "; ".join(items)
+    out.print(textwrap.fill(text, width=wrap.width), highlight=False, markup=False)
