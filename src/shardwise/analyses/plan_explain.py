@@ -1,5 +1,4 @@
-"""Why the planner's best plan wins: its neighbours (one choice changed at a time) and the cost
-each of them pays, and how two plans differ (used to compare with published runs)."""
+"""Why the planner's best plan wins: its neighbours (one choice changed) and what each pays."""
 
 from __future__ import annotations
 

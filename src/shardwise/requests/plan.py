@@ -254,6 +254,7 @@ class PlanRequest:
         from shardwise import presets
         from shardwise.analyses.plan_space import SearchSpace
         from shardwise.presets.stack_defaults import framework_degrees, framework_schedules, framework_zero_stages
+        from shardwise.requests.plan_build import sp_execution
 
         # what the stack does (its preset), less what the --emit target does not run
         blocks, hybrid = presets.framework_plan_search(self.training.framework or "megatron-core")
@@ -286,7 +287,7 @@ class PlanRequest:
             objective=self.objective,
             precision=self.training.precision or "bf16",  # `_search` gives the GPU's (`requests.precision`)
             execution=self._execution(),
-            execution_sp=self._execution_sp(),
+            execution_sp=sp_execution({**self.training.values(), "zero": 0}),
             stack=self.training.framework or "megatron-core",
         )
 
@@ -307,16 +308,6 @@ class PlanRequest:
         out["recompute_modules"] = self.training.recompute_modules or ()
         out["cuda_graph_scope"] = self.training.cuda_graph_scope or ()
         return out
-
-    def _execution_sp(self) -> dict[str, Any]:
-        """The execution flags that differ where a candidate runs sequence parallelism, as a request
-        fixing SP resolves them (`requests.plan_build.execution_kwargs`; nanotron's host count of its
-        asynchronous REDUCE_SCATTER linears): each candidate takes its own (`search_space.for_candidates`)."""
-        from shardwise.requests.build import execution_kwargs
-
-        values = {**self.training.values(), "zero": 0}
-        base, on = execution_kwargs(values), execution_kwargs(values, True, 2)
-        return {k: v for k, v in on.items() if k != "zero_stage" and base.get(k) != v}
 
     def search(self, fitted: dict[str, float] | None = None) -> Any:
         """The planner's search (`analyses.plan_search.PlanSearch`) on the request's cluster, calibrated
