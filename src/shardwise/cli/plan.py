@@ -282,7 +282,8 @@ def _print(
 
 
 def _print_headroom(out: Any, result: Any, best: dict[str, Any], wrap: Any) -> None:
-    """The plans dropped only for the headroom (`analyses.plan_headroom`), the fastest three."""
+    """The plans dropped only for the headroom (`analyses.plan_headroom`), the fastest three, where
+    one beats the best plan (else nothing: `--json`'s `within_headroom` lists them all the same)."""
     import textwrap
 
     from shardwise.analyses.plan_headroom import within_headroom
@@ -290,7 +291,7 @@ def _print_headroom(out: Any, result: Any, best: dict[str, Any], wrap: Any) -> N
     from shardwise.units import format_seconds
 
     held = within_headroom(result)
-    if held.indices.size == 0:
+    if held.indices.size == 0 or held.step_time_s[0] >= best["step_time_s"]:
         return
     free = result.space.memory_headroom_bytes / 1e9
     items = []
