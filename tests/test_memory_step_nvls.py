@@ -114,8 +114,8 @@ def test_nanotron_pipeline_pairs_and_the_tied_embeddings_group():
     from shardwise.specs import Scenario
 
     ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES
-    untied = presets.model("llama3.2-1b")  # priced untied (its preset's note)
-    tied = replace(untied, tied_embeddings=True)
+    tied = presets.model("llama3.2-1b")  # tie_word_embeddings true (review 41)
+    untied = replace(tied, tied_embeddings=False)
     system = presets.system("dgx-h100")
 
     def reserve(model, pp):

@@ -1,5 +1,4 @@
-"""Why the planner's best plan wins: its neighbours (one choice changed at a time) and the cost
-each of them pays, and how two plans differ (used to compare with published runs)."""
+"""Why the planner's best plan wins: its neighbours (one choice changed) and what each pays."""
 
 from __future__ import annotations
 
@@ -38,6 +37,7 @@ class Alternative:
     excluded: str | None = None  # why the search did not consider it, if it did not
     # searched and better on the estimates printed, yet ranked below the best: why (`ranked_below`)
     ranked_below: str | None = None
+    framework_cannot: bool = False  # `excluded` is what the stack cannot run, not a limit of the search
 
     @property
     def in_space(self) -> bool:
@@ -300,6 +300,7 @@ def _variants_for_gpus(search: PlanSearch, plan: Plan) -> list[tuple[str, dict[s
 
 def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
     """The best plan's neighbours, each evaluated, best first."""
+    from shardwise.analyses.plan_runnable import stack_cannot_run
     from shardwise.analyses.plan_space import stack_split_rule
     from shardwise.analyses.planner import cluster_for, confirmed_estimate
 
@@ -331,8 +332,10 @@ def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
             excluded = None
         if excluded is None and fits and rel < 0:  # searched and better here, yet ranked below: say why
             below = ranked_below(search, index, plan, rel, _value(est, "step_time_s") > _value(best, "step_time_s"))
-        step = _value(est, "step_time_s")
-        out.append(Alternative(label, step, rel, fits, compare(best, est, capacity), excluded, below))
+        cannot, why = stack_cannot_run(search, plan) if excluded else None, compare(best, est, capacity)
+        out.append(
+            Alternative(label, _value(est, "step_time_s"), rel, fits, why, cannot or excluded, below, bool(cannot))
+        )
     return sorted(out, key=lambda a: (not a.fits_in_memory, a.relative))
 
 

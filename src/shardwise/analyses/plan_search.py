@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardwise.analyses.plan_space import expert_tp
-from shardwise.analyses.search_space import RECOMPUTE_NAMES, SCHEDULE_NAMES, SearchSpace
+from shardwise.analyses.search_space import RECOMPUTE_NAMES, SCHEDULE_NAMES, SearchSpace, for_candidates
 from shardwise.engines.result import TrainingEstimate
 from shardwise.engines.training import estimate_training_step
 from shardwise.specs import Cluster, Model, Plan, Recompute, Scenario
@@ -131,7 +131,7 @@ class PlanSearch:
 
     def plan(self, i: int) -> Plan:
         c = {k: v[i].item() for k, v in self.columns.items()}
-        execution = searched_out(self.space.execution)
+        execution = searched_out(for_candidates(self.space.execution, self.space.execution_sp, c["sequence_parallel"]))
         if c["recompute"] != Recompute.SELECTIVE:  # Megatron-Core's modules are selective recomputation's
             execution.pop("recompute_modules", None)
         return Plan(
@@ -193,6 +193,8 @@ class PlanSearch:
             # predict's: the GPU's capacity; the search's filter keeps the headroom free too
             fits_in_memory=at(est.memory.total_bytes) <= float(self.cluster.gpu.memory_bytes),
             fits_with_headroom=bool(self.fits[i]),
+            # the step time is the discrete-event simulator's (`analyses.plan_confirm`), not the closed form's
+            simulated=self.simulated is not None and bool(self.simulated[i]),
             breakdown_s={k: at(v) for k, v in est.breakdown.as_dict().items()},
         )
         return out
@@ -227,6 +229,7 @@ class PlanSearch:
         cols["memory_bytes"] = np.asarray(est.memory.total_bytes, dtype=float)
         cols["fits_in_memory"] = cols["memory_bytes"] <= float(self.cluster.gpu.memory_bytes)  # as predict's
         cols["fits_with_headroom"] = self.fits  # the search's filter: the headroom kept free too
+        cols["simulated"] = np.zeros(self.fits.shape, dtype=bool) if self.simulated is None else self.simulated
         for k, v in est.breakdown.as_dict().items():
             cols[f"{k}_s"] = np.broadcast_to(np.asarray(v, dtype=float), self.fits.shape)
         return cols
@@ -262,7 +265,7 @@ def columns_scenario(
         shard_group=cols["shard_group"],
         etp=expert_tp(model),
         precision=space.precision,
-        **searched_out(space.execution),
+        **searched_out(for_candidates(space.execution, space.execution_sp, cols["sequence_parallel"])),
     )
     return Scenario(model, cluster_for(cluster, cols["gpus"]), plan)
 

@@ -81,6 +81,10 @@ class SearchSpace:
     # execution details of the runs being planned (as in Plan; lora_rank too); with `stack` given and
     # this empty, the stack's own (`stack_execution`)
     execution: dict[str, bool | int | str] = field(default_factory=dict)
+    # the execution flags that differ where a candidate runs sequence parallelism, as a request
+    # fixing SP resolves them (`requests.plan_build.execution_kwargs`: nanotron's host count of its
+    # asynchronous REDUCE_SCATTER linears); each candidate takes them by its own SP (`for_candidates`)
+    execution_sp: dict[str, bool | int | float | str] = field(default_factory=dict)
     # the framework as the user named it, a preset's name or a framework file's path, for what its
     # preset states beyond the Plan fields (`stack_of`; "": `execution`'s framework)
     stack: str = ""
@@ -120,6 +124,8 @@ class SearchSpace:
             if isinstance(v, bool) or v < 0:
                 raise SpecError(f"plan: shard_group {v!r} is not allowed; give whole numbers >= 0 (0: every dp rank)")
         if self.stack:
+            if not self.execution and not self.execution_sp:
+                object.__setattr__(self, "execution_sp", stack_execution_sp(self.stack))
             object.__setattr__(self, "execution", stack_execution(self.stack, self.execution, self.precision))
 
     def features(self) -> tuple[bool, tuple[int, ...]]:
@@ -151,6 +157,34 @@ def stack_execution(stack: str, execution: dict[str, bool | int | str], precisio
             "give execution=presets.framework(stack) (without zero_stage), or leave execution empty"
         )
     return execution
+
+
+def stack_execution_sp(stack: str) -> dict[str, bool | int | float | str]:
+    """The stack's own flags for the candidates that run sequence parallelism (`stack_execution`'s
+    twin): its second host count where its linears then run asynchronously
+    (`presets.stack_defaults.framework_async_sp_host_ops`), as `requests.plan_build.execution_kwargs`
+    gives a request that fixes SP."""
+    from shardwise import presets
+    from shardwise.presets.stack_defaults import framework_async_sp_host_ops
+
+    async_sp = framework_async_sp_host_ops(stack)
+    return {"layer_host_ops": async_sp} if async_sp is not None and presets.framework(stack)["async_tp_grad"] else {}
+
+
+def for_candidates(
+    execution: dict[str, bool | int | str], execution_sp: dict[str, bool | int | float | str], sp: np.ndarray | bool
+) -> dict[str, object]:
+    """`execution` with each of `execution_sp`'s flags taken where the candidate runs sequence
+    parallelism (`sp`, one per candidate, or one bool): every candidate priced as `predict` prices
+    it with that SP (`requests.plan_build.execution_kwargs`)."""
+    if not execution_sp:
+        return dict(execution)
+    on = np.asarray(sp, dtype=bool)
+    out: dict[str, object] = dict(execution)
+    for k, v in execution_sp.items():
+        base = execution.get(k, 0.0 if isinstance(v, (int, float)) and not isinstance(v, bool) else False)
+        out[k] = (v if bool(on) else base) if on.ndim == 0 else np.where(on, v, base)
+    return out
 
 
 def stack_of(space: SearchSpace) -> str:

@@ -229,7 +229,7 @@ def _print(
             "on" if r["sequence_parallel"] else "off",
             str(r["zero_stage"]),
             *([str(r["shard_group"] or ("all" if r["zero_stage"] else "-"))] if hybrid else []),
-            format_seconds(r["step_time_s"]),
+            format_seconds(r["step_time_s"]) + ("*" if r.get("simulated") else ""),
             format_seconds_range(r["step_time_s_low"], r["step_time_s_high"]),
             f"{r['tokens_per_s_per_gpu']:,.0f}",
             f"{r['mfu']:.1%}",
@@ -237,6 +237,12 @@ def _print(
         )
     out.print(table)
     out.print(f"[dim]80% range: {basis}[/]")
+    if any(r.get("simulated") for r in rows):
+        out.print(
+            "[dim]* step time simulated operation by operation (the closed form's for the rest; they agree for "
+            "1F1B and GPipe with one chunk per GPU, the simulator adds what interleaved and zero-bubble schedules' "
+            "sends cost)[/]"
+        )
     r = rows[0]
     if len(rows) > 1 and r["tie_with_next"]:
         pair = f"({format_seconds(r['step_time_s'])} and {format_seconds(rows[1]['step_time_s'])})"
@@ -256,13 +262,42 @@ def _print(
     out.print(f"  {format_seconds(r['step_time_s'])} per step = {parts}")
     out.print("why: each neighbour of the best plan (one choice changed) and what it pays")
     wrap = textwrap.TextWrapper(width=max(out.width, 60) - 1, initial_indent="  - ", subsequent_indent="    ")
-    shown = [a for a in why if a.fits_in_memory or a.relative < 0]
+    cannot = [a for a in why if a.framework_cannot]  # review 41: apart from the runnable neighbours
+    shown = [a for a in why if (a.fits_in_memory or a.relative < 0) and not a.framework_cannot]
     for alt in shown:
         out.print(wrap.fill(describe(alt)), highlight=False, markup=False)
-    rest = [a.change for a in why if a not in shown]
+    rest = [a.change for a in why if a not in shown and not a.framework_cannot]
     if rest:
         out.print(wrap.fill(f"do not fit in memory: {'; '.join(rest)}"), markup=False)
+    if cannot:
+        stack = str(result.space.execution.get("framework") or "the framework")
+        out.print(f"not runnable on {stack} (for scale, what the model says they would change):")
+        for alt in cannot:
+            out.print(wrap.fill(describe(alt)), highlight=False, markup=False)
+    _print_headroom(out, result, r, wrap)
     if csv_path is not None:
         out.print(f"all {result.evaluated:,} plans: {csv_path}")
     if figure is not None:
         out.print(f"figure: {figure}")
+
+
+def _print_headroom(out: Any, result: Any, best: dict[str, Any], wrap: Any) -> None:
+    """The plans dropped only for the headroom (`analyses.plan_headroom`), the fastest three, where
+    one beats the best plan (else nothing: `--json`'s `within_headroom` lists them all the same)."""
+    import textwrap
+
+    from shardwise.analyses.plan_headroom import within_headroom
+    from shardwise.cli.plan_cells import plan_label
+    from shardwise.units import format_seconds
+
+    held = within_headroom(result)
+    if held.indices.size == 0 or held.step_time_s[0] >= best["step_time_s"]:
+        return
+    free = result.space.memory_headroom_bytes / 1e9
+    items = []
+    for i, step, mem in zip(held.indices[:3], held.step_time_s[:3], held.memory_bytes[:3], strict=True):
+        faster = f", {1 - step / best['step_time_s']:.1%} faster than the best" if step < best["step_time_s"] else ""
+        items.append(f"{plan_label(result.row(int(i)))}: {format_seconds(float(step))}{faster}, {mem / 1e9:.1f} GB")
+    more = f" (fastest 3 of {held.indices.size})" if held.indices.size > 3 else ""
+    text = f"fits, but within the headroom ({free:.0f} GB kept free, --memory-headroom){more}: " + "; ".join(items)
+    out.print(textwrap.fill(text, width=wrap.width), highlight=False, markup=False)

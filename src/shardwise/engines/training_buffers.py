@@ -19,7 +19,8 @@ from shardwise.specs.zero3 import Zero3Buckets
 
 
 def zero3_buffers(model: Model, plan: Plan, stack: mem.StackMemory, moe: bool) -> tuple[Number, Number]:
-    """(gathered weights, gradients waiting for their reduce-scatter) of ZeRO-3, 0 below it. It
+    """(gathered weights, gradients waiting for their reduce-scatter) of ZeRO-3, 0 below it (FSDP2's
+    gradients at ZeRO-2 too). It
     gathers each unit's weights before use and the next one's ahead of time (PyTorch FSDP's and
     DeepSpeed's prefetch of one unit): the largest unit (a layer, or the word embedding or output
     matrix, which FSDP wraps on their own) and a layer, whole as tp and ep shard them; and holds
@@ -28,7 +29,10 @@ def zero3_buffers(model: Model, plan: Plan, stack: mem.StackMemory, moe: bool) -
     (`deepspeed_zero3_buffers`)."""
     if deepspeed_traced(model, plan, moe):
         return deepspeed_zero3_buffers(model, plan)
-    return _zero3_buffers(model, plan.tp, plan.ep, plan.expert_tp, plan.zero_stage, plan.precision, stack, moe)
+    # FSDP2 at ZeRO-2 (reshard_after_forward False) still reduce-scatters unit by unit in each backward
+    # it syncs: the same gradient buffers as at ZeRO-3 (`_zero3_buffers`), its weights kept gathered
+    fsdp2 = as_bool(plan.per_param_sharding)
+    return _zero3_buffers(model, plan.tp, plan.ep, plan.expert_tp, plan.zero_stage, plan.precision, stack, moe, fsdp2)
 
 
 def deepspeed_traced(model: Model, plan: Plan, moe: bool) -> bool:
@@ -80,8 +84,14 @@ def _zero3_buffers(
     precision: str,
     stack: mem.StackMemory,
     moe: bool,
+    fsdp2: Number = False,
 ) -> tuple[Number, Number]:
-    """`zero3_buffers` of the plan fields it reads (kept per them, `specs.memo.kept`)."""
+    """`zero3_buffers` of the plan fields it reads (kept per them, `specs.memo.kept`). The reduce
+    buffers at ZeRO-2 too under FSDP2 (`fsdp2`): pytorch/pytorch torch/distributed/_composable/fsdp/
+    _fsdp_collectives.py (later fsdp/_fully_shard/_fsdp_collectives.py) `foreach_reduce` allocates each
+    unit's reduce-scatter input at the reduce dtype (`reduce_scatter_input = torch.empty(...,
+    dtype=reduce_dtype)`) and copies the unit's unsharded 16-bit gradients in, whatever
+    reshard_after_forward says: the stack's `zero3_reduce_bytes_per_param`."""
     matrices, replicated = layer_params_split(model)
     layer = matrices / tp + replicated
     if moe:
@@ -89,7 +99,8 @@ def _zero3_buffers(
     unit = maximum(layer, model.vocab * model.hidden / tp)
     z3 = as_array(zero_stage) == 3
     gathered = ifelse(z3, mem.weight_bytes_per_param(precision) * (unit + layer), 0.0)
-    return gathered, ifelse(z3, stack.zero3_reduce_bytes_per_param * unit, 0.0)
+    reduces = z3 | ((as_array(zero_stage) == 2) & as_bool(fsdp2))
+    return gathered, ifelse(reduces, stack.zero3_reduce_bytes_per_param * unit, 0.0)
 
 
 def tp_gather_buffer_bytes(model: Model, plan: Plan, stack: mem.StackMemory) -> Number:

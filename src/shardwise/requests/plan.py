@@ -254,6 +254,7 @@ class PlanRequest:
         from shardwise import presets
         from shardwise.analyses.plan_space import SearchSpace
         from shardwise.presets.stack_defaults import framework_degrees, framework_schedules, framework_zero_stages
+        from shardwise.requests.plan_build import sp_execution
 
         # what the stack does (its preset), less what the --emit target does not run
         blocks, hybrid = presets.framework_plan_search(self.training.framework or "megatron-core")
@@ -286,6 +287,7 @@ class PlanRequest:
             objective=self.objective,
             precision=self.training.precision or "bf16",  # `_search` gives the GPU's (`requests.precision`)
             execution=self._execution(),
+            execution_sp=sp_execution({**self.training.values(), "zero": 0}),
             stack=self.training.framework or "megatron-core",
         )
 

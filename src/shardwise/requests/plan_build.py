@@ -74,6 +74,14 @@ def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, t
     return out
 
 
+def sp_execution(o: dict[str, Any]) -> dict[str, Any]:
+    """The execution flags that differ where a plan runs sequence parallelism (`execution_kwargs`
+    with SP against without: nanotron's host count of its asynchronous REDUCE_SCATTER linears): the
+    planner gives each candidate its own (`analyses.search_space.for_candidates`), as predict would."""
+    base, on = execution_kwargs(o), execution_kwargs(o, True, 2)
+    return {k: v for k, v in on.items() if k != "zero_stage" and base.get(k) != v}
+
+
 def flash_attention(o: dict[str, Any]) -> bool:
     """Fused (flash) attention: as given (--flash-attention / --no-flash-attention), else as the
     framework preset states it (megatron-deepspeed: off, its --use-flash-attn flags are opt-in),

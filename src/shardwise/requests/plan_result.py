@@ -81,6 +81,7 @@ class PlanResult:
             "plans": [{**r, "memory_bytes": export.whole_bytes_parts(r["memory_bytes"])} for r in self.rows],
             "interval": {"level": 0.8, "basis": self.interval_basis},
             "why": [{**asdict(a), "text": describe(a)} for a in self.why],
+            "within_headroom": self._within_headroom(),
             "launch": self.launch,
             "notes": list(self.notes),  # what was assumed (the command line prints them on stderr)
             "command": self.request.command(),
@@ -110,6 +111,18 @@ class PlanResult:
             "framework": str(presets.framework(stack)["framework"]),
             "recompute_source": "--recompute" if given else "searched",
         }
+
+    def _within_headroom(self, top: int = 10) -> dict[str, Any]:
+        """The plans dropped only for the memory headroom (`analyses.plan_headroom`): how many, and the
+        fastest `top` with their closed-form step time and memory."""
+        from shardwise.analyses.plan_headroom import within_headroom
+
+        held = within_headroom(self.search)
+        rows = [
+            {"plan": self._label(int(i)), "step_time_s": float(t), "memory_bytes": float(m)}
+            for i, t, m in zip(held.indices[:top], held.step_time_s[:top], held.memory_bytes[:top], strict=True)
+        ]
+        return {"count": int(held.indices.size), "fastest": rows}
 
     def table_columns(self) -> dict[str, Any]:
         """Every evaluated plan as `plan -o` writes it: the search's columns with the expert-TP degree
