@@ -7,6 +7,8 @@ import csv
 import io
 import json
 
+import pytest
+
 from shardwise.cli import serve_output
 
 
@@ -257,3 +259,21 @@ def test_serve_help_imports_no_numpy():
     from shardwise.requests import serve as request
 
     assert serve.FRAMEWORK_ALL_REDUCE is request.FRAMEWORK_ALL_REDUCE and serve.RUNTIME_NAMES == request.RUNTIME_NAMES
+
+
+def test_a_presets_json_is_a_preset_file_again(cli, tmp_path):
+    """`presets show NAME --json` gives SI numbers under unit-named keys (review 40 #10); saved and
+    edited, that JSON is read back as the preset file it came from (review 42: the SI keys were
+    'missing field(s) peak_16bit, memory, memory_bandwidth'), the same quantity given both ways refused."""
+    code, out, err = cli(["presets", "show", "h100-sxm5-80gb", "--json"])
+    assert code == 0, err
+    gpu = {**json.loads(out)["gpus"], "name": "my-h100"}
+    (tmp_path / "g.json").write_text(json.dumps(gpu))
+    code, out, err = cli(["presets", "show", str(tmp_path / "g.json"), "--json"])
+    assert code == 0, err
+    again = json.loads(out)["gpus"]
+    for key in ("peak_flops_per_s_16bit", "memory_bytes", "memory_bandwidth_bytes_per_s"):
+        assert again[key] == pytest.approx(gpu[key]), key
+    (tmp_path / "both.json").write_text(json.dumps({**gpu, "memory": "80GB"}))
+    code, out, err = cli(["presets", "show", str(tmp_path / "both.json")])
+    assert code == 2 and "memory and memory_bytes: the same quantity given twice" in err

@@ -14,6 +14,7 @@ from typing import Any
 
 from shardwise import units
 from shardwise.plan_text import parse_plan_spec  # noqa: F401 (re-exported: the commands read it here)
+from shardwise.si_keys import si_named as _si_named
 from shardwise.specs import Cluster, GemmTable, Gpu, Link, Model, SpecError
 from shardwise.specs._checks import _short
 from shardwise.yaml_files import (  # noqa: F401 (re-exported: the presets and the commands read them here)
@@ -224,6 +225,7 @@ def _require(kind: str, name: str, data: Mapping[str, Any], keys: tuple[str, ...
 
 
 def gpu_from_dict(name: str, data: Mapping[str, Any]) -> Gpu:
+    data = _si_named("gpu", name, data, _GPU_FIELDS)
     _require("gpu", name, data, ("peak_16bit", "memory", "memory_bandwidth"), _GPU_FIELDS)
     fields = {k: v for k, v in data.items() if k != "gemm_table"}  # built below, from the GPU's rates
     gpu = _spec("gpu", name, fields, _GPU_FIELDS, Gpu)
@@ -263,6 +265,7 @@ LINK_KINDS = ("nvlink", "xgmi", "pcie", "network")
 
 
 def link_from_dict(name: str, data: Mapping[str, Any]) -> Link:
+    data = _si_named("link", name, data, _LINK_FIELDS)
     _require("link", name, data, ("bandwidth",), _LINK_FIELDS)
     if "kind" in data and data["kind"] not in LINK_KINDS:
         raise SpecError(
