@@ -73,8 +73,11 @@ def test_the_engine_check_holds_for_the_api_too():
     v100 = presets.gpu("v100-sxm2-32gb")
     with pytest.raises(SpecError, match=r"^serving: engine tensorrt-llm: .*Volta"):
         check_engine_gpu("tensorrt-llm", v100, "serving: engine")
-    for engine in ("vllm", "sglang", "llama.cpp", "fastertransformer", "pytorch"):
+    for engine in ("vllm", "llama.cpp", "fastertransformer", "pytorch"):
         check_engine_gpu(engine, v100)
+    # SGLang's model runner: "SGLang only supports sm75 and above." (review 42)
+    with pytest.raises(SpecError, match=r"^serving: engine sglang: .*Volta"):
+        check_engine_gpu("sglang", v100, "serving: engine")
     check_engine_gpu("tensorrt-llm", presets.gpu("a100-sxm4-80gb"))
 
 

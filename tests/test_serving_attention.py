@@ -30,7 +30,6 @@ def _wl(engine: str, prompt: int = 4096) -> ServingWorkload:
     ("engine", "kernel", "flash"),
     [
         ("vllm", "sdpa-mem-efficient", True),
-        ("sglang", "sdpa-mem-efficient", True),
         ("pytorch", "sdpa-mem-efficient", True),
         ("fastertransformer", "fused", False),
         ("llama.cpp", "fused", True),
@@ -44,7 +43,7 @@ def test_each_engine_runs_its_own_attention_on_a_v100(engine, kernel, flash):
     assert (plan.attention_kernel, bool(plan.flash_attention)) == ("fused", True)  # unchanged where FA2 runs
 
 
-@pytest.mark.parametrize("engine", ["vllm", "sglang", "pytorch", "fastertransformer"])
+@pytest.mark.parametrize("engine", ["vllm", "pytorch", "fastertransformer"])
 def test_the_fallbacks_cost_prompts_not_decodes(engine):
     """A long prompt's attention is compute: the fallback kernels take longer than the fused ones; a
     decode step reads the KV cache whichever kernel runs it (FasterTransformer's decoder kernel is

@@ -13,10 +13,8 @@ runs what its code runs there:
   (no scores written; vllm/v1/attention/backends/triton_attn.py). vLLM V0 ran xFormers'
   memory-efficient CUTLASS kernels for prompts there (its XFORMERS backend) and its own
   paged-attention CUDA kernel for decodes: fused too.
-- SGLang: its default backend on non-Hopper GPUs is FlashInfer (docs/backend/attention_backend.md),
-  which needs SM 7.5; on a V100 it runs with `--attention-backend triton`, its Triton kernels (Triton
-  2.x: "NVIDIA GPUs (Compute Capability 7.0+)"; later releases list 8.0+, so a current build may not
-  compile them there at all).
+- SGLang does not run on a V100 (its model runner: "SGLang only supports sm75 and above.";
+  `engines.engine_formats.check_engine_gpu` refuses it, review 42).
 - Plain PyTorch (Hugging Face `generate`, attn_implementation "sdpa"): SDPA's memory-efficient backend,
   xFormers' CUTLASS kernels, from SM 5.0 (sdp_utils.cpp `check_mem_efficient_hardware_support`), as
   `requests.attention` prices training there.
@@ -31,7 +29,7 @@ runs what its code runs there:
   there): the fused price, unchanged.
 - TensorRT-LLM 1.x does not run on Volta at all (`engines.engine_formats.check_engine_gpu`).
 
-Price of the fused fallbacks (vLLM's and SGLang's Triton kernels, SDPA's memory-efficient kernel):
+Price of the fused fallbacks (vLLM's Triton kernel, SDPA's memory-efficient kernel):
 the memory-efficient kernel's fraction of FlashAttention-2's speed
 (`physics.attention_kernels.MEM_EFFICIENT_FORWARD_FRACTION`, 0.48, from A100 figures: no V100 figure
 for any of these kernels was found), through the plan's `attention_kernel` "sdpa-mem-efficient".
@@ -48,7 +46,7 @@ from shardwise.engines.engine_formats import check_engine_gpu
 # what each engine runs where no fused FlashAttention-class kernel does (module docstring): plan fields
 NO_FLASH: dict[str, dict[str, Any]] = {
     "vllm": {"attention_kernel": "sdpa-mem-efficient"},
-    "sglang": {"attention_kernel": "sdpa-mem-efficient"},
+    "sglang": {},  # refused before (`check_engine_gpu`)
     "pytorch": {"attention_kernel": "sdpa-mem-efficient"},
     "fastertransformer": {"flash_attention": False},
     "llama.cpp": {},
@@ -57,12 +55,9 @@ NO_FLASH: dict[str, dict[str, Any]] = {
 # what each runs there, said in a note (`serving_attention_note`)
 NO_FLASH_TEXT = {
     "vllm": "its Triton backend (TRITON_ATTN), priced as a fused kernel at SDPA's memory-efficient speed",
-    "sglang": "its Triton backend (--attention-backend triton; its FlashInfer default needs SM 7.5), priced as a "
-    "fused kernel at SDPA's memory-efficient speed",
     "pytorch": "PyTorch SDPA's memory-efficient kernel",
     "fastertransformer": "unfused (batched GEMMs and a softmax kernel, the scores written)",
-    "llama.cpp": "its own FlashAttention kernels (WMMA on Volta), priced as on other GPUs",
-}
+}  # llama.cpp: its own FlashAttention kernels run there (WMMA on Volta), priced as elsewhere: no note
 
 
 def serving_attention(engine: str, gpu: Any) -> dict[str, Any]:
@@ -79,6 +74,6 @@ def serving_attention(engine: str, gpu: Any) -> dict[str, Any]:
 
 def serving_attention_note(engine: str, gpu: Any) -> str | None:
     """A note where the engine's attention on `gpu` is not the fused kernel other GPUs run, else None."""
-    if bool(getattr(gpu, "flash_attention", True)):
+    if bool(getattr(gpu, "flash_attention", True)) or engine not in NO_FLASH_TEXT:
         return None
     return f"{gpu.name} runs no FlashAttention (it needs SM 8.0): {engine}'s attention is {NO_FLASH_TEXT[engine]}"

@@ -21,7 +21,10 @@ GPUs:
   TensorRT 10.5", TensorRT 10.5.0 release notes; TensorRT-LLM 0.18 ships TensorRT 10.9). CUDA only:
   no AMD GPU.
 - FasterTransformer 5.x: NVIDIA GPUs (CUDA only), Volta included (its kernels take sm70).
-- vLLM, SGLang, llama.cpp, plain PyTorch: NVIDIA and AMD (ROCm builds).
+- vLLM, llama.cpp, plain PyTorch: NVIDIA and AMD (ROCm builds).
+- SGLang: Turing (SM 7.5) and later, and AMD: its model runner refuses older GPUs ("SGLang only
+  supports sm75 and above.", python/sglang/srt/model_executor/model_runner.py) and sgl-kernel
+  ships no SM 7.0 kernels (sgl-project/sglang#24302), so no V100 (review 42).
 
 Weights:
 - TensorRT-LLM: FP8 on Ada and later, INT8 and INT4 on Ampere and later (its support matrix,
@@ -102,7 +105,7 @@ AMPERE_CDNA3 = AMPERE_ON + CDNA3
 RUNS_ON: dict[str, tuple[str, ...]] = {
     "tensorrt-llm": AMPERE_ON,
     "vllm": ANY,
-    "sglang": ANY,
+    "sglang": AMPERE_ON + CDNA,  # SM 7.5 and up (no Turing preset) and ROCm
     "llama.cpp": ANY,
     "fastertransformer": NVIDIA,
     "pytorch": ANY,
