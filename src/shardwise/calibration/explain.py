@@ -194,7 +194,10 @@ def explaining_fit(
     # that moves them by nothing (four runs +7/+3/-10/+5% took a pipeline-send scale, its interval
     # over the whole range: review 40)
     best = fit(cases, measured, only=(), ev=ev, check=False)
-    best_score = score(best, ())
+    best_score = empty_score = score(best, ())
+    # ... and so must a fit from the particles or the table's order (review 42: a one-parameter fit
+    # 0.1 better than fitting nothing could win there)
+    enough = empty_score - MIN_GAIN
     while len(chosen) < limit:  # each round's fits side by side (`calibration.together`)
         tried = [name for name in sensitive if name not in chosen]
         sets = [tuple(n for n in NEUTRAL if n in (*chosen, name)) for name in tried]
@@ -217,7 +220,7 @@ def explaining_fit(
     f = fit(cases, measured, only=names, wide=names, start=start, ev=ev, check=False) if names else None
     s = score(f, names) if f is not None else math.inf
     while f is not None:
-        if s < best_score:
+        if s < min(best_score, enough):
             best, best_score = f, s
         if len(names) == 1:
             break
@@ -226,11 +229,12 @@ def explaining_fit(
         drops = [(score(g, rest), rest, g) for rest, g in zip(rests, fits, strict=True)]
         s_drop, rest, g = min(drops, key=lambda t: t[0])
         if s_drop > s + MIN_GAIN:  # every parameter left is worth its MIN_GAIN
-            if s_drop < best_score:
+            if s_drop < min(best_score, enough):
                 best, best_score = g, s_drop
             break
         names, f, s = rest, g, s_drop
-    if best_score >= score(base, ()):
+    base_score = score(base, ())
+    if base_score <= best_score and (base_score < enough or not base.fitted):
         return base
     # a parameter no run is sensitive to says so, not that the evidence did without it
     insensitive = {n: why for n, why in base.not_fitted.items() if "sensitive" in why and n not in best.fitted}
