@@ -240,8 +240,8 @@ def _print(
     if any(r.get("simulated") for r in rows):
         out.print(
             "[dim]* step time simulated operation by operation (the closed form's for the rest; they agree for "
-            "1F1B and GPipe with one chunk per GPU, the simulator adds what interleaved and zero-bubble schedules' "
-            "sends cost)[/]"
+            "GPipe, and for 1F1B with one chunk per GPU where the middle stages are alike: a few % apart where "
+            "they differ; the simulator adds what interleaved and zero-bubble schedules' sends cost)[/]"
         )
     r = rows[0]
     if len(rows) > 1 and r["tie_with_next"]:
