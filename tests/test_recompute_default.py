@@ -1,11 +1,14 @@
 """Without --recompute a plan takes the stack's own default (`default_recompute`,
 `default_recompute_every`, presets/frameworks.yaml): MaxText's base.yml remat_policy 'full', Praxis's
-SAVE_NOTHING, torchtitan's job config (every second layer checkpointed whole), none elsewhere. An
-explicit --recompute always wins, the header and the JSON say where the mode came from."""
+SAVE_NOTHING, torchtitan main's per-op SelectiveAC (pytorch/torchtitan#2357), none elsewhere; a
+framework file's every-N-th-layer default (torchtitan before #2357: every second layer checkpointed
+whole, examples/frameworks/torchtitan-before-2357.yaml). An explicit --recompute always wins, the
+header and the JSON say where the mode came from."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -18,12 +21,14 @@ from shardwise.requests import TrainingRequest
 from shardwise.requests.training import PredictRequest
 
 JOB = {"model": "llama3-8b", "system": "dgx-h100", "num_gpus": 8, "global_batch": 16}
+# torchtitan before pytorch/torchtitan#2357: every second layer whole (`default_recompute_every: 2`)
+BEFORE_2357 = str(Path(__file__).parents[1] / "examples" / "frameworks" / "torchtitan-before-2357.yaml")
 # the stack's default when the user gives none: (recompute, layers of each chunk recomputed whole at pp 1)
 EXPECTED = {
     "maxtext": ("full", 0),
     "paxml": ("full", 0),
-    "torchtitan": ("none", 16),  # llama3-8b's 32 layers, every second one
-    "torchtitan-compile": ("none", 16),
+    "torchtitan": ("selective", 0),  # main's per-op SelectiveAC
+    "torchtitan-compile": ("selective", 0),
 }
 
 
@@ -55,16 +60,34 @@ def test_the_default_changes_the_price():
     assert float(default.estimate.step_time_s) > float(none.estimate.step_time_s)
 
 
-def test_recompute_layers_given_keeps_torchtitan_from_its_default():
+def test_torchtitan_prices_per_op_selective():
+    """torchtitan main's trainer default (activation_checkpoint.py @b5bcd76c, SelectiveAC): the
+    preset's `selective_policy: op`, no layer recomputed whole."""
+    plan = _plan("torchtitan")
+    assert (plan.recompute.label, plan.selective_policy, int(plan.recompute_layers)) == ("selective", "op", 0)
+    assert framework_recompute_every("torchtitan") == 0 and framework_recompute_every("torchtitan-compile") == 0
+
+
+def test_recompute_layers_given_keeps_the_stacks_mode():
     plan = _plan("torchtitan", recompute_layers=3)
+    assert (plan.recompute.label, int(plan.recompute_layers)) == ("selective", 3)
+    assert recompute_origin("torchtitan", None, 3) == "torchtitan's default; --recompute none to turn it off"
+    plan = _plan(BEFORE_2357, recompute_layers=3)  # the file's every-second-layer default gives way
     assert (plan.recompute.label, int(plan.recompute_layers)) == ("none", 3)
-    assert recompute_origin("torchtitan", None, 3) == ""
+    assert recompute_origin(BEFORE_2357, None, 3) == ""
+
+
+def test_torchtitan_before_2357_as_a_framework_file():
+    """Before pytorch/torchtitan#2357 the job config checkpointed every second layer whole: a
+    framework file `like: torchtitan` prices it (llama3-8b's 32 layers: 16)."""
+    plan = _plan(BEFORE_2357)
+    assert (plan.recompute.label, int(plan.recompute_layers)) == ("none", 16)
 
 
 def test_every_nth_layer_counts_the_layers_of_a_chunk():
-    plan = _plan("torchtitan", pp=2)  # 16 layers a stage: 8 of them
+    plan = _plan(BEFORE_2357, pp=2)  # 16 layers a stage: 8 of them
     assert int(plan.recompute_layers) == 8
-    plan = _plan("torchtitan", pp=2, vpp=2, global_batch=16)  # 8 a chunk: 4
+    plan = _plan(BEFORE_2357, pp=2, vpp=2, global_batch=16)  # 8 a chunk: 4
     assert int(plan.recompute_layers) == 4
 
 
@@ -72,7 +95,8 @@ def test_the_words_say_where_it_came_from():
     assert recompute_origin("maxtext", None) == "maxtext's default; --recompute none to turn it off"
     assert recompute_origin("maxtext", "full") == ""
     assert recompute_origin("megatron-core", None) == ""
-    assert "every second layer" in recompute_origin("torchtitan", None)
+    assert "every second layer" in recompute_origin(BEFORE_2357, None)
+    assert recompute_origin("torchtitan", None) == "torchtitan's default; --recompute none to turn it off"
     assert framework_recompute("deepspeed") == "none" and framework_recompute_every("deepspeed") == 0
 
 
@@ -124,13 +148,24 @@ def test_a_bad_default_in_a_framework_file_is_one_line(tmp_path):
     assert _plan(str(path)).recompute.label == "full"  # a file starting from maxtext keeps its default
 
 
-def test_torchtitan_on_a_mixture_of_experts_says_its_default_is_not_priced():
-    """Layers recomputed whole are priced for dense models only: a MoE on torchtitan without
-    --recompute is priced without recomputation, and a note says so (the header claims nothing)."""
-    req = TrainingRequest(
-        model="mixtral-8x7b", system="dgx-h100", num_gpus=16, ep=8, global_batch=32, framework="torchtitan"
-    )
-    result = PredictRequest(req).run()
+MOE_JOB = {"model": "mixtral-8x7b", "system": "dgx-h100", "num_gpus": 16, "ep": 8, "global_batch": 32}
+
+
+def test_torchtitan_on_a_mixture_of_experts_prices_per_op_selective():
+    """torchtitan main's per-op default applies to a MoE as to a dense model: priced, no note."""
+    result = PredictRequest(TrainingRequest(**MOE_JOB, framework="torchtitan")).run()
+    plan = result.scenario.plan
+    assert (plan.recompute.label, plan.selective_policy, int(plan.recompute_layers)) == ("selective", "op", 0)
+    assert not any("not priced here" in n for n in result.notes)
+    assert result.recompute_from == "torchtitan's default; --recompute none to turn it off"
+    none = PredictRequest(TrainingRequest(**MOE_JOB, framework="torchtitan", recompute="none")).run()
+    assert float(result.estimate.step_time_s) > float(none.estimate.step_time_s)  # the element-wise work again
+
+
+def test_every_nth_layer_default_on_a_mixture_of_experts_says_it_is_not_priced():
+    """Layers recomputed whole are priced for dense models only: a MoE under a file's every-N-th-layer
+    default is priced without recomputation, and a note says so (the header claims nothing)."""
+    result = PredictRequest(TrainingRequest(**MOE_JOB, framework=BEFORE_2357)).run()
     assert (result.scenario.plan.recompute.label, int(result.scenario.plan.recompute_layers)) == ("none", 0)
     assert any("one layer in 2 whole, not priced here" in n for n in result.notes)
     assert result.recompute_from == ""
@@ -176,7 +211,8 @@ def test_resolve_recompute_is_the_one_reading():
     """predict's plan, its JSON source and crossover's count come from `resolve_recompute`."""
     from shardwise.presets.stack_defaults import resolve_recompute
 
-    choice = resolve_recompute("torchtitan")
+    assert (resolve_recompute("torchtitan").mode, resolve_recompute("torchtitan").every) == ("selective", 0)
+    choice = resolve_recompute(BEFORE_2357)
     assert (choice.mode, choice.every, choice.source) == ("none", 2, "framework default")
     assert choice.layers(32, 2, 2) == 4 and choice.layers(32, 1, moe=True) == 0
     assert resolve_recompute("torchtitan", "full").as_dict() == {
@@ -186,4 +222,5 @@ def test_resolve_recompute_is_the_one_reading():
     }
     assert resolve_recompute("torchtitan", None, 3).source == "--recompute-layers"
     assert resolve_recompute("maxtext").words() == "full (maxtext's default)"
-    assert resolve_recompute("torchtitan").words() == "every second layer whole (torchtitan's default)"
+    assert resolve_recompute("torchtitan").words() == "selective (torchtitan's default)"
+    assert resolve_recompute(BEFORE_2357).words() == "every second layer whole (torchtitan-before-2357's default)"

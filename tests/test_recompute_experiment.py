@@ -1,13 +1,15 @@
 """crossover, sweep and sensitivity price a training step's recompute as predict does: the stack's
 default where neither --recompute nor a plan's `recompute=` key sets it (`stack_defaults.resolve_recompute`;
-torchtitan: every second layer of a dense model recomputed whole), and their header, JSON and CSV name
-the framework and the recompute priced."""
+torchtitan: per-op selective, main's SelectiveAC; a framework file's every-N-th-layer default, as
+torchtitan before pytorch/torchtitan#2357: every second layer of a dense model recomputed whole), and
+their header, JSON and CSV name the framework and the recompute priced."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +21,8 @@ from shardwise.requests.compare import CrossoverRequest, ExperimentRequest, Swee
 from shardwise.requests.training import PredictRequest
 
 BASE = {"model": "llama3-8b", "system": "dgx-h100"}
+# torchtitan before pytorch/torchtitan#2357: every second layer whole (`default_recompute_every: 2`)
+OLD = str(Path(__file__).parents[1] / "examples" / "frameworks" / "torchtitan-before-2357.yaml")
 
 
 def _predict(framework: str, batch: int, **fields: object) -> PredictRequest:
@@ -27,7 +31,7 @@ def _predict(framework: str, batch: int, **fields: object) -> PredictRequest:
     return PredictRequest(req).run()
 
 
-@pytest.mark.parametrize("framework", ["torchtitan", "maxtext", "megatron-core"])
+@pytest.mark.parametrize("framework", ["torchtitan", OLD, "maxtext", "megatron-core"])
 @pytest.mark.parametrize(("plan", "layout"), [("tp=8", {"tp": 8}), ("tp=2,pp=4", {"tp": 2, "pp": 4})])
 def test_crossover_prices_the_stacks_default_as_predict(framework, plan, layout):
     exp = ExperimentRequest(**BASE, framework=framework, plans=(plan,))
@@ -36,22 +40,23 @@ def test_crossover_prices_the_stacks_default_as_predict(framework, plan, layout)
         assert seconds == pytest.approx(_predict(framework, batch, **layout).step_time_s, rel=1e-9)
 
 
-def test_torchtitans_default_recomputes_layers_whole_and_a_plan_key_overrides_it():
-    exp = ExperimentRequest(**BASE, framework="torchtitan", plans=("pp=8", "pp=8,recompute=none"))
+@pytest.mark.parametrize("framework", ["torchtitan", OLD])
+def test_torchtitans_default_recomputes_and_a_plan_key_overrides_it(framework):
+    exp = ExperimentRequest(**BASE, framework=framework, plans=("pp=8", "pp=8,recompute=none"))
     default, none = CrossoverRequest(exp, vary="batch=16").run().result.series
-    assert default.time_s[0] > none.time_s[0]  # the recomputed layers' forward again
-    assert none.time_s[0] == pytest.approx(_predict("torchtitan", 16, pp=8, recompute="none").step_time_s, rel=1e-9)
-    given = ExperimentRequest(**BASE, framework="torchtitan", plans=("pp=8",), recompute="none")
+    assert default.time_s[0] > none.time_s[0]  # the recomputed work again (element-wise, or layers whole)
+    assert none.time_s[0] == pytest.approx(_predict(framework, 16, pp=8, recompute="none").step_time_s, rel=1e-9)
+    given = ExperimentRequest(**BASE, framework=framework, plans=("pp=8",), recompute="none")
     assert CrossoverRequest(given, vary="batch=16").run().result.series[0].time_s[0] == pytest.approx(none.time_s[0])
 
 
 def test_a_sweep_over_layers_counts_each_depths_recomputed_layers():
     """The count follows the swept depth: floor(layers / pp / 2), as predict's plan has it."""
-    exp = ExperimentRequest(**BASE, framework="torchtitan", plans=("tp=2,pp=4",))
+    exp = ExperimentRequest(**BASE, framework=OLD, plans=("tp=2,pp=4",))
     result = SweepRequest(exp, ("layers=16,32,48",)).run().result
     times = result.times_s[(result.links[0], "tp=2,pp=4")]
     for layers, seconds in zip((16, 32, 48), times, strict=True):
-        p = _predict("torchtitan", 8, tp=2, pp=4, layers=layers)
+        p = _predict(OLD, 8, tp=2, pp=4, layers=layers)
         assert int(p.scenario.plan.recompute_layers) == layers // 4 // 2
         assert seconds == pytest.approx(p.step_time_s, rel=1e-9)
 
@@ -61,40 +66,53 @@ def test_the_header_json_and_csv_name_the_stack_and_recompute():
     args += ["--plan", "pp=8,recompute=full"]
     out = CliRunner().invoke(main, ["crossover", *args, "--vary", "batch=8,16", "--no-plot"])
     assert out.exit_code == 0, out.output
-    text = " ".join(out.output.split())
-    assert "under torchtitan, recompute every second layer whole (torchtitan's default) unless a plan says" in text
+    assert "under torchtitan, recompute selective (torchtitan's default) unless a plan says" in " ".join(
+        out.output.split()
+    )
     data = json.loads(CliRunner().invoke(main, ["crossover", *args, "--vary", "batch=8,16", "--json"]).stdout)
-    assert (data["framework"], data["recompute"], data["recompute_every"]) == ("torchtitan", "none", 2)
+    assert (data["recompute"], data["recompute_every"]) == ("selective", 0)
+    assert [s["recompute"] for s in data["series"]] == ["selective", "full"]
+    old = "torchtitan-before-2357"
+    args[5] = OLD
+    out = CliRunner().invoke(main, ["crossover", *args, "--vary", "batch=8,16", "--no-plot"])
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert f"under {old}, recompute every second layer whole ({old}'s default) unless a plan says" in text
+    data = json.loads(CliRunner().invoke(main, ["crossover", *args, "--vary", "batch=8,16", "--json"]).stdout)
+    assert (data["framework"], data["recompute"], data["recompute_every"]) == (old, "none", 2)
     assert data["recompute_source"] == "framework default"
     assert [s["recompute"] for s in data["series"]] == ["every-second-layer", "full"]
     rows = list(csv.DictReader(io.StringIO(CliRunner().invoke(main, ["crossover", *args, "-o", "-"]).stdout)))
     assert {(r["plan"], r["framework"], r["recompute"]) for r in rows} == {
-        ("tp=8", "torchtitan", "every-second-layer"),
-        ("pp=8,recompute=full", "torchtitan", "full"),
+        ("tp=8", old, "every-second-layer"),
+        ("pp=8,recompute=full", old, "full"),
     }
     out = CliRunner().invoke(main, ["sweep", *args, "--vary", "batch=8,16", "--json"])
     data = json.loads(out.stdout)
-    assert (data["framework"], data["recompute_source"]) == ("torchtitan", "framework default")
+    assert (data["framework"], data["recompute_source"]) == (old, "framework default")
     assert data["recompute_by_plan"] == {"tp=8": "every-second-layer", "pp=8,recompute=full": "full"}
     out = CliRunner().invoke(main, ["sweep", *args, "--vary", "batch=8", "-o", "-"])
     rows = list(csv.DictReader(io.StringIO(out.stdout)))
-    assert rows[0]["framework"] == "torchtitan" and rows[0]["recompute[tp=8]"] == "every-second-layer"
+    assert rows[0]["framework"] == old and rows[0]["recompute[tp=8]"] == "every-second-layer"
     out = CliRunner().invoke(main, ["sensitivity", *args[:-2], "--plan", "pp=8", "--json", "--no-plot"])
     data = json.loads(out.stdout)
-    assert (data["framework"], data["recompute"]) == ("torchtitan", "none")
+    assert (data["framework"], data["recompute"]) == (old, "none")
     assert data["recompute_source"] == "framework default"
     given = CliRunner().invoke(main, ["sweep", *args, "--recompute", "selective", "--vary", "batch=8", "--json"])
     assert json.loads(given.stdout)["recompute_source"] == "--recompute"
 
 
-def test_a_mixture_of_experts_says_the_default_is_not_priced():
-    exp = ExperimentRequest(model="mixtral-8x7b", system="dgx-h100", framework="torchtitan", plans=("tp=8,sp=on",))
+def test_a_mixture_of_experts_says_the_every_nth_layer_default_is_not_priced():
+    exp = ExperimentRequest(model="mixtral-8x7b", system="dgx-h100", framework=OLD, plans=("tp=8,sp=on",))
     built = exp.build()
     assert any("not priced for a mixture of experts" in n for n in built.notes)
     assert "every-second-layer default not priced" in built.describe()
     answer = CrossoverRequest(exp, vary="batch=8").run()
     assert answer.as_dict()["series"][0]["recompute"] == "none"
     assert np.isfinite(answer.result.series[0].time_s[0])
+    titan = ExperimentRequest(model="mixtral-8x7b", system="dgx-h100", framework="torchtitan", plans=("tp=8,sp=on",))
+    assert not any("not priced" in n for n in titan.build().notes)  # main's per-op default is priced
+    assert CrossoverRequest(titan, vary="batch=8").run().as_dict()["series"][0]["recompute"] == "selective"
 
 
 def test_serving_workloads_name_no_recompute():
@@ -120,14 +138,17 @@ def test_plan_json_and_csv_name_the_framework_and_where_recompute_came_from():
 
 
 def test_sweeps_text_and_timelines_json_name_the_recompute():
-    args = ["--model", "llama3-8b", "--system", "dgx-h100", "--framework", "torchtitan"]
+    args = ["--model", "llama3-8b", "--system", "dgx-h100", "--framework", OLD]
     out = CliRunner().invoke(
         main, ["sweep", *args, "--plan", "tp=8", "--plan", "pp=8,recompute=full", "--vary", "batch=8"]
     )
     text = " ".join(out.output.split())
-    assert "priced under torchtitan; recompute (the stack's default" in text
+    assert "priced under torchtitan-before-2357; recompute (the stack's default" in text
     assert "tp=8 every-second-layer, pp=8,recompute=full full" in text
     out = CliRunner().invoke(main, ["timeline", *args, "--global-batch", "16", "--pp", "2", "--json"])
     data = json.loads(out.stdout)
-    assert (data["framework"], data["recompute"], data["recompute_layers"]) == ("torchtitan", "none", 8)
+    assert (data["framework"], data["recompute"], data["recompute_layers"]) == ("torchtitan-before-2357", "none", 8)
     assert data["recompute_source"] == "framework default"
+    out = CliRunner().invoke(main, ["timeline", *args[:5], "torchtitan", "--global-batch", "16", "--pp", "2", "--json"])
+    data = json.loads(out.stdout)
+    assert (data["framework"], data["recompute"], data["recompute_layers"]) == ("torchtitan", "selective", 0)

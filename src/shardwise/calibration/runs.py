@@ -8,7 +8,7 @@ micro_batch_size, are accepted as aliases):
   vpp (alias vp), micro_batch (alias mbs, default 1), ep and etp (a mixture of experts' expert
   parallelism, default 1 and tp), layers and seq_len (override the model's),
   recompute (none / selective / full; blank: the framework's default, full for maxtext and paxml,
-  every second layer whole for torchtitan),
+  selective (per-op) for torchtitan),
   precision (bf16 / fp8), framework (a --framework preset or YAML file, a relative path read from
   the CSV's folder; default megatron-core), sequence_parallel (default: the framework's, else on when tp > 1),
   schedule (gpipe / 1f1b / zb-h1 / interleaved; default: the framework's, else 1f1b), async_tp_grad

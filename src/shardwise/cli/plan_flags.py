@@ -14,8 +14,8 @@ from shardwise.requests.fields import SELECTIVE_POLICIES
 # --recompute's help: without the flag the stack's own default applies (`presets.stack_defaults.framework_recompute`)
 RECOMPUTE_HELP = (
     "Activation recomputation [default: the framework's (`default_recompute`): full for maxtext and paxml "
-    "(MaxText's remat_policy 'full', Praxis's SAVE_NOTHING); torchtitan's every second layer whole in predict "
-    "and timeline (its job config's selective_ac_option 2); none for the others]."
+    "(MaxText's remat_policy 'full', Praxis's SAVE_NOTHING); selective for torchtitan (main's per-op SelectiveAC, "
+    "pytorch/torchtitan#2357); none for the others]."
 )
 
 # LoRA fine-tuning, on predict and on plan

@@ -111,8 +111,8 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         )
     if i(p.recompute_layers) > 0:
         raise EmitError(
-            "--emit torchtitan: torchtitan checkpoints every layer or every N-th one (activation_checkpoint "
-            "selective_ac_option), not the first N of each stage; plan without --recompute-layers"
+            "--emit torchtitan: torchtitan main checkpoints per op (SelectiveAC) or every layer whole (FullAC), "
+            "not the first N layers of each stage; plan without --recompute-layers"
         )
     if i(p.mtp_layers) > 0:
         raise EmitError("--emit torchtitan: multi-token prediction (--mtp-layers) is not a torchtitan option")

@@ -219,15 +219,17 @@ def framework_async_sp_host_ops(name: str) -> float | None:
 def framework_recompute(name: str | None) -> str:
     """What the stack's trainer recomputes when its config leaves activation checkpointing out
     (`default_recompute`; "none" where the preset says nothing): MaxText's base.yml remat_policy
-    'full', Paxml's repeated layers under SAVE_NOTHING. A request-layer default: --recompute wins."""
+    'full', Paxml's repeated layers under SAVE_NOTHING, torchtitan main's per-op SelectiveAC
+    (pytorch/torchtitan#2357). A request-layer default: --recompute wins."""
     from shardwise import presets
 
     return str(presets._checked_framework(name or "megatron-core").get("default_recompute", "none"))
 
 
 def framework_recompute_every(name: str | None) -> int:
-    """N where the stack's default checkpoints every N-th layer whole (torchtitan's job config:
-    activation_checkpoint mode "selective", selective_ac_option "2"); 0 where the preset says nothing."""
+    """N where the stack's default checkpoints every N-th layer whole (torchtitan's job config before
+    pytorch/torchtitan#2357: activation_checkpoint mode "selective", selective_ac_option "2"; no
+    built-in preset since, a framework file's field); 0 where the preset says nothing."""
     from shardwise import presets
 
     return int(presets._checked_framework(name or "megatron-core").get("default_recompute_every", 0))
@@ -238,9 +240,10 @@ class RecomputeChoice:
     """What a training step recomputes and where that came from (`resolve_recompute`): the one
     reading of a stack's default that predict, timeline, crossover, sweep, sensitivity and --emit
     share. `mode`: none | selective | full; `every`: N where every N-th layer of a dense model is
-    recomputed whole by the stack's default (torchtitan's job config before pytorch/torchtitan#2357,
-    selective_ac_option "2"), else 0; `source`: "--recompute", "--recompute-layers" (the mode the
-    stack's, the layers given) or "framework default"; `framework`: the stack's name as shown."""
+    recomputed whole by the stack's default (a framework file's `default_recompute_every`:
+    torchtitan's job config before pytorch/torchtitan#2357, selective_ac_option "2"), else 0;
+    `source`: "--recompute", "--recompute-layers" (the mode the stack's, the layers given) or
+    "framework default"; `framework`: the stack's name as shown."""
 
     mode: str
     every: int
@@ -258,7 +261,7 @@ class RecomputeChoice:
 
     def words(self, recomputed_layers: Any = None) -> str:
         """The mode in a header's words: "none", "full (maxtext's default)", "every second layer
-        whole (torchtitan's default)"; `recomputed_layers`: the plan's count where known
+        whole (torchtitan-before-2357's default)"; `recomputed_layers`: the plan's count where known
         (0: the every-N-th-layer default was not priced, a mixture of experts)."""
         import numpy as np
 
@@ -294,11 +297,12 @@ def resolve_recompute(name: str | None, given: str | None = None, recompute_laye
 
 def recompute_origin(name: str | None, given: str | None, recompute_layers: int = 0, plan: Any = None) -> str:
     """Where a plan's recompute mode came from, in words, where it is not what the user asked nor
-    "none": "maxtext's default; --recompute none to turn it off" ("" otherwise). `recompute_layers`:
-    the --recompute-layers given (the stack's every-N-th-layer default applies only without it);
+    "none": "maxtext's default; --recompute none to turn it off" ("" otherwise), with --recompute-layers
+    too (the mode is still the stack's). `recompute_layers`: the --recompute-layers given (the stack's
+    every-N-th-layer default applies only without it);
     `plan`: the plan priced (a mixture of experts takes no every-N-th-layer default)."""
     choice = resolve_recompute(name, given, recompute_layers)
-    if choice.source != "framework default":
+    if choice.source == "--recompute":  # --recompute-layers keeps the stack's mode (torchtitan's selective)
         return ""
     whole = None if plan is None else plan.recompute_layers
     if choice.mode == "none" and (choice.every == 0 or (whole is not None and int(whole) == 0)):

@@ -66,10 +66,11 @@ def launch_recompute(training: Any, target: str, framework: str) -> tuple[Any, s
     --recompute-layers are not given: the plan is priced as launched. torchtitan's launch names a
     config function (`--module llama3 --config llama3_70b`), whose own activation_checkpoint is
     what the job runs (torchtitan main: SelectiveAC, per-op, or FullAC; `TitanModel.recompute`):
-    that mode is priced and written. torchtitan main has no every-N-th-layer option
-    (selective_ac_option went in pytorch/torchtitan#2357, 2026-03-23), so the torchtitan preset's
-    default of every second layer whole is not what the launch runs. The other tools: the stack's
-    mode (`stack_defaults.resolve_recompute`; none for Megatron-LM and Megatron-DeepSpeed)."""
+    that mode is priced and written (the torchtitan preset's default, per-op selective, is the
+    trainer's own since pytorch/torchtitan#2357). A framework file's every-N-th-layer default
+    (torchtitan before #2357, `default_recompute_every`) is no option main's launch can state: its
+    mode is written, with a note. The other tools: the stack's mode
+    (`stack_defaults.resolve_recompute`; none for Megatron-LM and Megatron-DeepSpeed)."""
     from shardwise.presets.stack_defaults import builtin_of, resolve_recompute
 
     stacks = TARGET_STACKS[target]

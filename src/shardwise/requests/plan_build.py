@@ -124,7 +124,8 @@ def default_schedule(o: dict[str, Any]) -> str:
 
 def default_recompute(o: dict[str, Any]) -> str:
     """The recompute mode when none is given: the framework's (`default_recompute`: MaxText's
-    remat_policy 'full', Paxml's SAVE_NOTHING; `presets.stack_defaults.resolve_recompute`), else none."""
+    remat_policy 'full', Paxml's SAVE_NOTHING, torchtitan's per-op selective;
+    `presets.stack_defaults.resolve_recompute`), else none."""
     from shardwise.presets.stack_defaults import resolve_recompute
 
     return resolve_recompute(o.get("framework"), o.get("recompute"), o.get("recompute_layers")).mode
@@ -132,9 +133,10 @@ def default_recompute(o: dict[str, Any]) -> str:
 
 def default_recompute_layers(o: dict[str, Any], pp: int, model: Any) -> int:
     """The layers of each model chunk recomputed whole when neither --recompute nor
-    --recompute-layers is given, for a stack whose default checkpoints every N-th layer
-    (torchtitan's job config: activation_checkpoint mode "selective", selective_ac_option "2",
-    `_apply_ac_to_transformer_block` wrapping every second block): floor(layers of a chunk / N) of
+    --recompute-layers is given, for a stack whose default checkpoints every N-th layer (a framework
+    file's `default_recompute_every`: torchtitan's job config before pytorch/torchtitan#2357,
+    activation_checkpoint mode "selective", selective_ac_option "2", `_apply_ac_to_transformer_block`
+    wrapping every second block; examples/frameworks/torchtitan-before-2357.yaml): floor(layers of a chunk / N) of
     the even split; 0 otherwise, and for a mixture of experts (`stack_default_notes` says so)
     (`presets.stack_defaults.RecomputeChoice.layers`, as crossover, sweep and sensitivity count them)."""
     from shardwise.presets.stack_defaults import resolve_recompute
