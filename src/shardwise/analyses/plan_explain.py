@@ -33,7 +33,10 @@ class Alternative:
     change: str  # what differs, e.g. "tp=16, dp=8"
     step_time_s: float
     relative: float  # (alternative - best) / best, in the search's objective (positive: worse)
-    fits_in_memory: bool  # as predict's and plan's rows (review 40 #7: was `fits`)
+    fits_in_memory: bool  # in the GPU's memory, as predict's and plan's rows (review 40 #7: was `fits`)
+    # with --memory-headroom kept free too, the search's filter, as the rows' (review 42 F6: `fits_in_memory`
+    # meant this here); a neighbour that fits only without the headroom says so in `reason`
+    fits_with_headroom: bool
     reason: str
     excluded: str | None = None  # why the search did not consider it, if it did not
     # searched and better on the estimates printed, yet ranked below the best: why (`ranked_below`)
@@ -63,9 +66,13 @@ def _part_change(name: str, delta_s: float, base_s: float) -> str:
     return f"{name} {'+' if delta_s > 0 else '-'}{_seconds(abs(delta_s))}{pct}"
 
 
-def compare(best: TrainingEstimate, other: TrainingEstimate, capacity_bytes: float) -> str:
+def compare(
+    best: TrainingEstimate, other: TrainingEstimate, capacity_bytes: float, gpu_bytes: float | None = None
+) -> str:
     """Where `other` loses (or gains) time or memory against `best`, in one phrase: every part of
-    the step that moves by at least SIGNIFICANT of the total movement, costs first."""
+    the step that moves by at least SIGNIFICANT of the total movement, costs first. `capacity_bytes`
+    is what the search lets a plan use (the GPU's memory less the headroom); given the GPU's own
+    `gpu_bytes`, a plan between the two is said to be within the headroom (it fits, as predict says)."""
     b_parts = {k: float(np.asarray(v)) for k, v in best.breakdown.as_dict().items()}
     o_parts = {k: float(np.asarray(v)) for k, v in other.breakdown.as_dict().items()}
     plans = (best.scenario.plan, other.scenario.plan)  # the context-parallel ring is in tp_comm
@@ -74,7 +81,13 @@ def compare(best: TrainingEstimate, other: TrainingEstimate, capacity_bytes: flo
     moved = sum(abs(d) for d in delta.values())
     notes = []
     mem = float(np.asarray(other.memory.total_bytes))
-    if mem > capacity_bytes:
+    if gpu_bytes is not None and capacity_bytes < mem <= gpu_bytes:
+        notes.append(
+            f"within the memory headroom: needs {mem / 1e9:.1f} GB per GPU of {gpu_bytes / 1e9:.1f} GB, "
+            f"{capacity_bytes / 1e9:.1f} GB usable ({(gpu_bytes - capacity_bytes) / 1e9:.1f} GB kept free, "
+            "--memory-headroom)"
+        )
+    elif mem > capacity_bytes:
         b_mem, o_mem = best.memory.as_dict(), other.memory.as_dict()
         grow = {k: float(np.asarray(o_mem[k])) - float(np.asarray(b_mem[k])) for k in MEMORY_PARTS}
         part = max(grow, key=lambda k: grow[k])
@@ -218,7 +231,8 @@ def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
 
     scn = search.scenario(index)
     best = confirmed_estimate(scn)
-    capacity = float(scn.cluster.gpu.memory_bytes) - search.space.memory_headroom_bytes
+    gpu_bytes = float(scn.cluster.gpu.memory_bytes)
+    capacity = gpu_bytes - search.space.memory_headroom_bytes
     base_score = _score(search, best)
     gpus = int(np.asarray(scn.plan.num_gpus))
     searched_cp = bool(np.any(search.columns["cp"] > 1)) or search.space.cp is not None
@@ -237,18 +251,18 @@ def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
             est = confirmed_estimate(Scenario(scn.model, cluster_for(search.cluster, n), plan))
         except SpecError:  # not a valid layout (a mixture of experts whose ep no longer folds, ...)
             continue
-        fits = float(np.asarray(est.memory.total_bytes)) <= capacity
+        mem = float(np.asarray(est.memory.total_bytes))
+        fits, usable = mem <= gpu_bytes, mem <= capacity  # predict's test; the search's (the headroom kept)
         rel = (base_score - _score(search, est)) / abs(base_score)
         excluded, below = excluded_by(search, plan), None
-        if excluded == FEWEST_WHOLE and not fits:  # review 34: said of ZeRO-0, micro-batch 2, gpipe that do not fit
+        if excluded == FEWEST_WHOLE and not usable:  # review 34: said of ZeRO-0, micro-batch 2, gpipe that do not fit
             excluded = None
-        if excluded is None and fits and rel < 0:  # searched and better here, yet ranked below: say why
+        if excluded is None and usable and rel < 0:  # searched and better here, yet ranked below: say why
             below = ranked_below(search, index, plan, rel, _value(est, "step_time_s") > _value(best, "step_time_s"))
-        cannot, why = stack_cannot_run(search, plan) if excluded else None, compare(best, est, capacity)
-        out.append(
-            Alternative(label, _value(est, "step_time_s"), rel, fits, why, cannot or excluded, below, bool(cannot))
-        )
-    return sorted(out, key=lambda a: (not a.fits_in_memory, a.relative))
+        cannot, why = stack_cannot_run(search, plan) if excluded else None, compare(best, est, capacity, gpu_bytes)
+        step = _value(est, "step_time_s")
+        out.append(Alternative(label, step, rel, fits, usable, why, cannot or excluded, below, bool(cannot)))
+    return sorted(out, key=lambda a: (not a.fits_with_headroom, a.relative))
 
 
 SAME = 5e-4  # a relative difference that prints as 0.0%: `describe` calls the neighbour the same
@@ -304,9 +318,10 @@ def describe(alt: Alternative) -> str:
     outside = f", {note}" if note else ""
     reason = "" if alt.reason == "the same cost" else f" ({alt.reason})"
     if alt.relative < -SAME:  # what the stack lacks (review 34: ZeRO-1 under torchtitan) before the memory
-        why = " and ".join(
-            [*([alt.excluded] if alt.excluded else []), *([] if alt.fits_in_memory else ["does not fit"])]
-        )
+        memory = [] if alt.fits_in_memory else ["does not fit"]  # within the headroom: `reason` says so
+        if alt.fits_in_memory and not alt.fits_with_headroom and not alt.excluded:
+            memory = ["the search drops it"]
+        why = " and ".join([*([alt.excluded] if alt.excluded else []), *memory])
         return f"{alt.change}: {-alt.relative:.1%} better but {why or note or 'outside the search'}: {alt.reason}"
     verdict = f"+{alt.relative:.1%}" if alt.relative > SAME else "the same"
     fits = "" if alt.fits_in_memory else ", does not fit"
