@@ -44,3 +44,16 @@ def test_why_fits_in_memory_is_predicts_test_and_the_headroom_is_its_reason(plan
     assert "does not fit" not in line and "within the memory headroom" in text
     unfit = next(ln for ln in text.splitlines() if "do not fit in memory" in ln)
     assert "sequence parallel off" not in unfit  # 83.0 GB: inside the GPU, listed with its cost instead
+
+
+def test_within_headroom_lists_only_plans_faster_than_the_pick(plan_70b):
+    """F9: the "fits, but within the headroom" line listed 5.6 s and 5.62 s plans beside a 5.23 s pick."""
+    data, text = plan_70b
+    best = data["plans"][0]["step_time_s"]
+    held = data["within_headroom"]
+    assert held["count"] > held["faster_count"] >= 1
+    assert all(r["faster_than_best"] == (r["step_time_s"] < best) for r in held["fastest"])
+    assert held["faster_count"] == sum(r["faster_than_best"] for r in held["fastest"])  # under ten here
+    line = " ".join(text[text.index("fits, but within the headroom") :].split())
+    assert line.count("faster than the best") == held["faster_count"] == line.count(" GB;") + 1
+
