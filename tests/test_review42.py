@@ -57,3 +57,9 @@ def test_within_headroom_lists_only_plans_faster_than_the_pick(plan_70b):
     line = " ".join(text[text.index("fits, but within the headroom") :].split())
     assert line.count("faster than the best") == held["faster_count"] == line.count(" GB;") + 1
 
+
+def test_not_runnable_hybrid_sharding_names_the_framework(plan_70b):
+    """F9: "the framework does not shard hybrid" where the other lines name nanotron."""
+    data, text = plan_70b
+    hybrid = next(a for a in data["why"] if a["change"].startswith("hybrid sharding"))
+    assert hybrid["excluded"].startswith("nanotron does not shard hybrid") and "the framework" not in text

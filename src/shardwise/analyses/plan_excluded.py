@@ -59,9 +59,9 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
         return "ZeRO-2/3 with a pipeline is off (--zero-with-pp)"
     blocks, hybrid = sp.features()
     if int(np.asarray(plan.shard_group)) > 0 and sp.shard_group is None and z not in hybrid:
-        return f"the framework does not shard hybrid at ZeRO-{z}"
+        return f"{shown or stack} does not shard hybrid at ZeRO-{z}"
     if int(np.asarray(plan.recompute_layers)) > 0 and not blocks and sp.recompute_layers is None:
-        return "the framework does not recompute some layers whole"
+        return f"{shown or stack} does not recompute some layers whole"
     if int(np.asarray(plan.recompute_layers)) > 0 and blocks:
         return FEWEST_WHOLE
     outside = _outside_values(sp, plan)
