@@ -63,3 +63,21 @@ def test_not_runnable_hybrid_sharding_names_the_framework(plan_70b):
     data, text = plan_70b
     hybrid = next(a for a in data["why"] if a["change"].startswith("hybrid sharding"))
     assert hybrid["excluded"].startswith("nanotron does not shard hybrid") and "the framework" not in text
+
+
+@pytest.mark.parametrize("name", ["u16.txt", "lengths.TSV", "lengths.csv"])
+def test_lengths_reads_excels_unicode_text_and_tsv(tmp_path, name):
+    """F7: --lengths refused any name not ending .csv, though its own error recommends Excel's
+    "Unicode Text" (UTF-16 with its mark, tab-separated), which Excel saves as .txt."""
+    from shardwise.requests.serve_mix import request_mix
+
+    path = tmp_path / name
+    path.write_bytes("input_len\toutput_len\tcount\r\n100\t20\t3\r\n400\t50\t1\r\n".encode("utf-16"))
+    mix = request_mix(str(path))
+    assert mix.input_lens.tolist() == [100, 400] and mix.weights[0] == pytest.approx(3 * mix.weights[1])
+
+
+def test_lengths_names_the_table_suffixes_it_reads(cli):
+    code, out, err = cli(["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--lengths", "mix.xlsx"])
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert ".csv, .tsv, .txt" in err
