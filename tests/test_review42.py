@@ -81,3 +81,14 @@ def test_lengths_names_the_table_suffixes_it_reads(cli):
     code, out, err = cli(["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--lengths", "mix.xlsx"])
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert ".csv, .tsv, .txt" in err
+
+
+def test_a_model_json_with_two_entries_is_told_one_model_per_file(cli, tmp_path):
+    """F9: a --model .json of two entries (as a model YAML file with two) was read as a Hugging Face
+    config and told "no layers, hidden, heads, vocab found"."""
+    entry = {"layers": 2, "hidden": 64, "heads": 2, "vocab": 100}
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps({"a": entry, "b": entry}))
+    code, out, err = cli(["predict", "--model", str(path), "--system", "dgx-h100", "--global-batch", "8"])
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "the file holds 2 mappings (a, b); give one model per file" in err
