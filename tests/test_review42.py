@@ -92,3 +92,14 @@ def test_a_model_json_with_two_entries_is_told_one_model_per_file(cli, tmp_path)
     code, out, err = cli(["predict", "--model", str(path), "--system", "dgx-h100", "--global-batch", "8"])
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert "the file holds 2 mappings (a, b); give one model per file" in err
+
+
+def test_presets_json_has_no_float_residue(cli):
+    """F9: `presets --json` gave the A100's 2.039TB/s as 2039000000000.0002 (the unit's scaling in floats)."""
+    code, out, err = cli(["presets", "show", "a100-sxm4-80gb", "--json"])
+    assert code == 0, err
+    gpu = json.loads(out)["gpus"]
+    assert '"memory_bandwidth_bytes_per_s": 2039000000000,' in out and gpu["peak_flops_per_s_16bit"] == 312e12
+    code, out, err = cli(["presets", "show", "nvlink4", "--json"])
+    assert code == 0, err
+    assert isinstance(json.loads(out)["links"]["latency_s"], float)  # seconds stay a float
