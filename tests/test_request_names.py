@@ -19,7 +19,9 @@ ARGS = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--global-bat
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"framework": "nope"}, r"--framework: 'nope' is not allowed; closest: composer"),
+        # no preset is close to 'nope' (review 42: "closest: composer"): the presets are listed
+        ({"framework": "nope"}, r"--framework: 'nope' is not allowed; give a preset \(colossalai, composer, deepspeed"),
+        ({"framework": "megatron"}, r"--framework: 'megatron' is not allowed; closest: megatron-core"),
         ({"precision": "fp7"}, r"--precision: 'fp7' is not allowed; use one of bf16, fp16"),
         ({"recompute_modules": "core_attn,x"}, r"--recompute-modules: 'x' is not allowed; choose from core_attn"),
         ({"cuda_graph_scope": "moe"}, r"--cuda-graph-scope: 'moe' is not allowed; .* dropped and padded"),

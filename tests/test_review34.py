@@ -144,11 +144,11 @@ def test_the_fewest_layers_recomputed_whole_is_not_said_of_a_neighbour_that_does
     code, out, err = cli([*args, "--json"])
     assert code == 0, err
     why = json.loads(out)["why"]
-    unfit = [a for a in why if not a["fits_in_memory"]]
+    unfit = [a for a in why if not a["fits_with_headroom"]]
     assert {"ZeRO-0", "micro-batch 2", "schedule gpipe"} <= {a["change"] for a in unfit}, why
     assert not any("fewest layers recomputed whole" in a["text"] for a in unfit), unfit
     assert any(
-        "fewest layers recomputed whole" in a["text"] for a in why if a["fits_in_memory"]
+        "fewest layers recomputed whole" in a["text"] for a in why if a["fits_with_headroom"]
     )  # still said where it holds
 
 

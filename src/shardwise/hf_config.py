@@ -106,7 +106,11 @@ def states_own_fields(cfg: Any) -> bool:
     """Whether a .json's value holds shardwise's own model fields (`layers`, `hidden`, `heads`,
     `vocab`, as presets/models.yaml and a model YAML file: the mapping, or one entry `name: {fields}`)
     rather than a Hugging Face config: it names one of them and none of the keys a config states its
-    shape or its type in (review 37: such a file was read as a config and refused)."""
+    shape or its type in (review 37: such a file was read as a config and refused). Several entries
+    (`a: {fields}, b: {fields}`) are too, so that the loader says one model per file (review 42: they were
+    read as a config, "no layers, hidden, heads, vocab found")."""
+    if isinstance(cfg, dict) and len(cfg) > 1 and all(isinstance(v, dict) for v in cfg.values()):
+        return all(states_own_fields(v) for v in cfg.values())
     if isinstance(cfg, dict) and len(cfg) == 1 and isinstance(inner := next(iter(cfg.values())), dict):
         cfg = inner
     if not isinstance(cfg, dict):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardwise.analyses.plan_excluded import FEWEST_WHOLE, excluded_by, searched_mask
 from shardwise.analyses.plan_search import TIE_TOLERANCE
 from shardwise.analyses.planner import PlanSearch
 from shardwise.engines.result import TrainingEstimate, tp_comm_name
@@ -32,7 +33,10 @@ class Alternative:
     change: str  # what differs, e.g. "tp=16, dp=8"
     step_time_s: float
     relative: float  # (alternative - best) / best, in the search's objective (positive: worse)
-    fits_in_memory: bool  # as predict's and plan's rows (review 40 #7: was `fits`)
+    fits_in_memory: bool  # in the GPU's memory, as predict's and plan's rows (review 40 #7: was `fits`)
+    # with --memory-headroom kept free too, the search's filter, as the rows' (review 42 F6: `fits_in_memory`
+    # meant this here); a neighbour that fits only without the headroom says so in `reason`
+    fits_with_headroom: bool
     reason: str
     excluded: str | None = None  # why the search did not consider it, if it did not
     # searched and better on the estimates printed, yet ranked below the best: why (`ranked_below`)
@@ -62,9 +66,13 @@ def _part_change(name: str, delta_s: float, base_s: float) -> str:
     return f"{name} {'+' if delta_s > 0 else '-'}{_seconds(abs(delta_s))}{pct}"
 
 
-def compare(best: TrainingEstimate, other: TrainingEstimate, capacity_bytes: float) -> str:
+def compare(
+    best: TrainingEstimate, other: TrainingEstimate, capacity_bytes: float, gpu_bytes: float | None = None
+) -> str:
     """Where `other` loses (or gains) time or memory against `best`, in one phrase: every part of
-    the step that moves by at least SIGNIFICANT of the total movement, costs first."""
+    the step that moves by at least SIGNIFICANT of the total movement, costs first. `capacity_bytes`
+    is what the search lets a plan use (the GPU's memory less the headroom); given the GPU's own
+    `gpu_bytes`, a plan between the two is said to be within the headroom (it fits, as predict says)."""
     b_parts = {k: float(np.asarray(v)) for k, v in best.breakdown.as_dict().items()}
     o_parts = {k: float(np.asarray(v)) for k, v in other.breakdown.as_dict().items()}
     plans = (best.scenario.plan, other.scenario.plan)  # the context-parallel ring is in tp_comm
@@ -73,7 +81,13 @@ def compare(best: TrainingEstimate, other: TrainingEstimate, capacity_bytes: flo
     moved = sum(abs(d) for d in delta.values())
     notes = []
     mem = float(np.asarray(other.memory.total_bytes))
-    if mem > capacity_bytes:
+    if gpu_bytes is not None and capacity_bytes < mem <= gpu_bytes:
+        notes.append(
+            f"within the memory headroom: needs {mem / 1e9:.1f} GB per GPU of {gpu_bytes / 1e9:.1f} GB, "
+            f"{capacity_bytes / 1e9:.1f} GB usable ({(gpu_bytes - capacity_bytes) / 1e9:.1f} GB kept free, "
+            "--memory-headroom)"
+        )
+    elif mem > capacity_bytes:
         b_mem, o_mem = best.memory.as_dict(), other.memory.as_dict()
         grow = {k: float(np.asarray(o_mem[k])) - float(np.asarray(b_mem[k])) for k in MEMORY_PARTS}
         part = max(grow, key=lambda k: grow[k])
@@ -195,95 +209,6 @@ def with_pp(change: dict[str, object], plan: Plan, model: object = None, rule: s
     return {**out, "first_stage_layers": counts[0] if counts else 0, "last_stage_layers": counts[-1] if counts else 0}
 
 
-def _searched(search: PlanSearch, plan: Plan) -> np.ndarray:
-    """Which of the search's plans are `plan` (a mask; its layer split aside, and recomputing no layer
-    whole matching the search's fewest that fit)."""
-    cols = search.columns
-    mask = cols["gpus"] == int(np.asarray(plan.num_gpus))
-    for name in ("tp", "pp", "dp", "vpp", "micro_batch", "schedule", "recompute", "zero_stage", "ep", "cp"):
-        mask &= cols[name] == int(np.asarray(getattr(plan, name)))
-    mask &= cols["shard_group"] == int(np.asarray(plan.shard_group))
-    whole = int(np.asarray(plan.recompute_layers))  # a plan over the memory was searched as its fewest that fit
-    mask &= (cols["recompute_layers"] == whole) | (whole == 0)
-    return mask & (cols["sequence_parallel"].astype(bool) == bool(plan.sequence_parallel))
-
-
-# why a searched plan with layers recomputed whole is not in the table: said of a neighbour that fits
-# (one that does not would have had more layers recomputed, or none that fit: `alternatives`)
-FEWEST_WHOLE = "the search takes the fewest layers recomputed whole that fit"
-
-
-def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
-    """Why the search did not consider `plan` (None if it did)."""
-    if _searched(search, plan).any():
-        return None
-    sp = search.space
-    tp, pp, mb, v, z = (int(np.asarray(getattr(plan, k))) for k in ("tp", "pp", "micro_batch", "vpp", "zero_stage"))
-    if sp.tp_within_node and tp > int(search.cluster.gpus_per_node) and sp.tp is None:
-        return "TP across servers is off (--tp-across-nodes)"
-    if sp.max_tp is not None and tp > sp.max_tp:
-        return f"beyond --max-tp {sp.max_tp}"
-    if sp.micro_batch is None and mb > sp.max_micro_batch:
-        return f"beyond the micro-batch limit {sp.max_micro_batch} (--max-micro-batch)"
-    if sp.vpp is None and v > sp.max_vpp:
-        return f"beyond the virtual-stage limit {sp.max_vpp} (--max-vpp)"
-    if sp.vpp is None and v > 1 and pp > 1:  # the search interleaves where v divides a stage's layers
-        from shardwise.analyses.plan_space import stage_splits
-
-        units = [u for _, _, u in stage_splits(int(search.model.layers), pp) if u > 0]
-        if not any(u % v == 0 for u in units):
-            held = f"a stage's {units[0]} layers" if units else "the stages' uneven layers"
-            return f"v={v} does not divide {held} (searched where it does; --vpp {v} allows uneven chunks)"
-    from shardwise.analyses.search_space import stack_of
-    from shardwise.presets.stack_defaults import missing_axes, not_in_stack
-
-    stack, shown = stack_of(sp), str(sp.execution.get("framework") or "")
-    if missing_axes(stack, plan):  # the axes the stack lacks before the search's own limits
-        return not_in_stack(stack, plan, searched=True, shown_as=shown)
-    if pp > 1 and z >= 2 and not sp.zero_with_pipeline:
-        return "ZeRO-2/3 with a pipeline is off (--zero-with-pp)"
-    blocks, hybrid = sp.features()
-    if int(np.asarray(plan.shard_group)) > 0 and sp.shard_group is None and z not in hybrid:
-        return f"the framework does not shard hybrid at ZeRO-{z}"
-    if int(np.asarray(plan.recompute_layers)) > 0 and not blocks and sp.recompute_layers is None:
-        return "the framework does not recompute some layers whole"
-    if int(np.asarray(plan.recompute_layers)) > 0 and blocks:
-        return FEWEST_WHOLE
-    outside = _outside_values(sp, plan)
-    reason = f"outside the values searched ({outside})" if outside else "not among the searched plans"
-    return not_in_stack(stack, plan, searched=True, shown_as=shown) or reason
-
-
-# a plan field and the `plan` flag (or the framework's own limit) that fixes its searched values
-_VALUE_FLAGS = {
-    **{k: f"--{k}" for k in ("tp", "pp", "dp", "vpp", "schedule", "recompute", "ep", "cp")},
-    **{"micro_batch": "--micro-batch", "sequence_parallel": "--sequence-parallel", "zero_stage": "--zero"},
-    "shard_group": "--shard-group",
-}
-
-
-def _outside_values(sp: object, plan: Plan) -> str:
-    """The flags whose searched values leave `plan` out ('--tp, --schedule'; set by the user or by the
-    framework's limits), '' where none does."""
-    from shardwise.analyses.search_space import RECOMPUTE_NAMES, SCHEDULE_NAMES
-
-    out = []
-    for name, flag in _VALUE_FLAGS.items():
-        allowed = getattr(sp, name)
-        if allowed is None:
-            continue
-        value: object = int(np.asarray(getattr(plan, name)))
-        if name == "schedule":
-            value = SCHEDULE_NAMES[int(value)]  # type: ignore[call-overload]
-        elif name == "recompute":
-            value = RECOMPUTE_NAMES[int(value)]  # type: ignore[call-overload]
-        elif name == "sequence_parallel":
-            value = bool(value)
-        if value not in allowed:
-            out.append(flag)
-    return ", ".join(out)
-
-
 def _variants_for_gpus(search: PlanSearch, plan: Plan) -> list[tuple[str, dict[str, object], int]]:
     """Twice or half the data parallelism on as many more or fewer GPUs (throughput per GPU only)."""
     if search.space.objective == "time":
@@ -306,7 +231,8 @@ def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
 
     scn = search.scenario(index)
     best = confirmed_estimate(scn)
-    capacity = float(scn.cluster.gpu.memory_bytes) - search.space.memory_headroom_bytes
+    gpu_bytes = float(scn.cluster.gpu.memory_bytes)
+    capacity = gpu_bytes - search.space.memory_headroom_bytes
     base_score = _score(search, best)
     gpus = int(np.asarray(scn.plan.num_gpus))
     searched_cp = bool(np.any(search.columns["cp"] > 1)) or search.space.cp is not None
@@ -325,18 +251,18 @@ def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
             est = confirmed_estimate(Scenario(scn.model, cluster_for(search.cluster, n), plan))
         except SpecError:  # not a valid layout (a mixture of experts whose ep no longer folds, ...)
             continue
-        fits = float(np.asarray(est.memory.total_bytes)) <= capacity
+        mem = float(np.asarray(est.memory.total_bytes))
+        fits, usable = mem <= gpu_bytes, mem <= capacity  # predict's test; the search's (the headroom kept)
         rel = (base_score - _score(search, est)) / abs(base_score)
         excluded, below = excluded_by(search, plan), None
-        if excluded == FEWEST_WHOLE and not fits:  # review 34: said of ZeRO-0, micro-batch 2, gpipe that do not fit
+        if excluded == FEWEST_WHOLE and not usable:  # review 34: said of ZeRO-0, micro-batch 2, gpipe that do not fit
             excluded = None
-        if excluded is None and fits and rel < 0:  # searched and better here, yet ranked below: say why
+        if excluded is None and usable and rel < 0:  # searched and better here, yet ranked below: say why
             below = ranked_below(search, index, plan, rel, _value(est, "step_time_s") > _value(best, "step_time_s"))
-        cannot, why = stack_cannot_run(search, plan) if excluded else None, compare(best, est, capacity)
-        out.append(
-            Alternative(label, _value(est, "step_time_s"), rel, fits, why, cannot or excluded, below, bool(cannot))
-        )
-    return sorted(out, key=lambda a: (not a.fits_in_memory, a.relative))
+        cannot, why = stack_cannot_run(search, plan) if excluded else None, compare(best, est, capacity, gpu_bytes)
+        step = _value(est, "step_time_s")
+        out.append(Alternative(label, step, rel, fits, usable, why, cannot or excluded, below, bool(cannot)))
+    return sorted(out, key=lambda a: (not a.fits_with_headroom, a.relative))
 
 
 SAME = 5e-4  # a relative difference that prints as 0.0%: `describe` calls the neighbour the same
@@ -357,7 +283,7 @@ def ranked_below(search: PlanSearch, index: int, plan: Plan, relative: float, sl
         return tie
     if -relative < SAME:
         return None
-    mask = _searched(search, plan)
+    mask = searched_mask(search, plan)
     split = (search.columns["first_stage_layers"] == int(np.asarray(plan.first_stage_layers))) & (
         search.columns["last_stage_layers"] == int(np.asarray(plan.last_stage_layers))
     )
@@ -392,9 +318,10 @@ def describe(alt: Alternative) -> str:
     outside = f", {note}" if note else ""
     reason = "" if alt.reason == "the same cost" else f" ({alt.reason})"
     if alt.relative < -SAME:  # what the stack lacks (review 34: ZeRO-1 under torchtitan) before the memory
-        why = " and ".join(
-            [*([alt.excluded] if alt.excluded else []), *([] if alt.fits_in_memory else ["does not fit"])]
-        )
+        memory = [] if alt.fits_in_memory else ["does not fit"]  # within the headroom: `reason` says so
+        if alt.fits_in_memory and not alt.fits_with_headroom and not alt.excluded:
+            memory = ["the search drops it"]
+        why = " and ".join([*([alt.excluded] if alt.excluded else []), *memory])
         return f"{alt.change}: {-alt.relative:.1%} better but {why or note or 'outside the search'}: {alt.reason}"
     verdict = f"+{alt.relative:.1%}" if alt.relative > SAME else "the same"
     fits = "" if alt.fits_in_memory else ", does not fit"

@@ -25,7 +25,7 @@ def stack_cannot_run(search: PlanSearch, plan: Plan) -> str | None:
         return stack
     blocks, hybrid = sp.features()
     if int(np.asarray(plan.shard_group)) > 0 and sp.shard_group is None and z not in hybrid:
-        return f"the framework does not shard hybrid at ZeRO-{z}"
+        return f"{shown or stack_of(sp)} does not shard hybrid at ZeRO-{z}"
     if int(np.asarray(plan.recompute_layers)) > 0 and not blocks and sp.recompute_layers is None:
-        return "the framework does not recompute some layers whole"
+        return f"{shown or stack_of(sp)} does not recompute some layers whole"
     return None

@@ -182,11 +182,23 @@ def si_fields(fields: dict[str, Any]) -> dict[str, Any]:
             out[key] = si_fields(value)
         elif key in JSON_UNITS and isinstance(value, str | int | float) and not isinstance(value, bool):
             name, parse = JSON_UNITS[key]
-            number = getattr(units, parse)(value)
-            out[name] = units.whole_bytes(number) if name.endswith("_bytes") else number
+            out[name] = _si_number(name, getattr(units, parse)(value))
         else:
             out[key] = value
     return out
+
+
+def _si_number(name: str, number: float) -> float | int:
+    """A parsed quantity without the float residue of its unit's scaling (review 42: '2.039TB/s' was
+    2039000000000.0002): 12 significant digits, more than any preset states; whole where it is whole
+    (bytes always, as `units.whole_bytes`), seconds kept a float."""
+    from shardwise import units
+
+    if name.endswith("_bytes"):
+        return units.whole_bytes(number)
+    rounded = float(f"{number:.12g}")
+    seconds = name.endswith("_s") and not name.endswith("_per_s")
+    return int(rounded) if rounded.is_integer() and not seconds else rounded
 
 
 def _cell(row: dict[str, Any], column: str) -> str:

@@ -52,12 +52,13 @@ serving_options = _stack(
         "--lengths",
         default="fixed",
         show_default=True,
-        metavar="fixed|sharegpt|FILE.csv",
+        metavar="fixed|sharegpt|FILE.csv|.tsv|.txt",
         help="Request lengths (in-flight batching): fixed (every request --input-len and --output-len); sharegpt "
         "(drawn per request as vLLM's and SGLang's benchmarks sample ShareGPT: mean "
         f"{SHAREGPT_MEAN_INPUT_TOKENS:.0f} prompt and {SHAREGPT_MEAN_OUTPUT_TOKENS:.0f} new tokens, log-normal, "
         "within the model's context; a run prices its own draws' means, which the report names, within about 1%); "
-        "or a CSV with columns input_len,output_len (one request per row, "
+        "or a table (.csv, .tsv or .txt, separated by commas, semicolons or tabs) with columns "
+        "input_len,output_len (one request per row, "
         "or a histogram with a count column), drawn with replacement.",
     ),
     click.option(

@@ -22,11 +22,12 @@ def check_framework(name: str | None) -> None:
         return
     import difflib
 
-    close = difflib.get_close_matches(name.strip().lower(), table, n=3, cutoff=0.4)
+    # only a name close enough to be a typo, as the command line's did-you-mean (cutoff 0.6; review 42:
+    # 'nope' was told "closest: composer"); else the presets themselves
+    close = difflib.get_close_matches(name.strip().lower(), table, n=3, cutoff=0.6)
     hint = f"closest: {', '.join(close)}; " if close else ""
-    raise SpecError(
-        f"--framework: {name!r} is not allowed; {hint}give a preset (`shardwise presets frameworks`) or a YAML file"
-    )
+    listed = "`shardwise presets frameworks`" if close else ", ".join(sorted(table))
+    raise SpecError(f"--framework: {name!r} is not allowed; {hint}give a preset ({listed}) or a YAML file")
 
 
 def check_names(t: Any) -> None:

@@ -114,15 +114,23 @@ class PlanResult:
 
     def _within_headroom(self, top: int = 10) -> dict[str, Any]:
         """The plans dropped only for the memory headroom (`analyses.plan_headroom`): how many, and the
-        fastest `top` with their closed-form step time and memory."""
+        fastest `top` with their closed-form step time and memory, and which are faster than the best plan
+        (`faster_than_best`, `faster_count`: the ones the text lists; review 42 F9)."""
         from shardwise.analyses.plan_headroom import within_headroom
 
         held = within_headroom(self.search)
+        best = float(self.rows[0]["step_time_s"]) if self.rows else float("-inf")
         rows = [
-            {"plan": self._label(int(i)), "step_time_s": float(t), "memory_bytes": float(m)}
+            {
+                "plan": self._label(int(i)),
+                "step_time_s": float(t),
+                "memory_bytes": float(m),
+                "faster_than_best": bool(t < best),
+            }
             for i, t, m in zip(held.indices[:top], held.step_time_s[:top], held.memory_bytes[:top], strict=True)
         ]
-        return {"count": int(held.indices.size), "fastest": rows}
+        faster = int(sum(float(t) < best for t in held.step_time_s))
+        return {"count": int(held.indices.size), "faster_count": faster, "fastest": rows}
 
     def table_columns(self) -> dict[str, Any]:
         """Every evaluated plan as `plan -o` writes it: the search's columns with the expert-TP degree

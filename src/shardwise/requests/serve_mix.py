@@ -11,6 +11,9 @@ from typing import Any
 from shardwise.errors import SpecError
 
 MIX_NAMES = ("fixed", "sharegpt")
+# the names a table may have: the reader sniffs the separator (comma, semicolon, tab) and the encoding,
+# so Excel's "Unicode Text" (.txt, UTF-16, tabs) and a .tsv read as a .csv does (review 42 F7)
+TABLE_SUFFIXES = (".csv", ".tsv", ".txt")
 MAX_CSV_BYTES = 64 * 1024 * 1024
 # a count column makes the rows a histogram (each row's weight); any of these names
 WEIGHT_COLUMNS = ("count", "weight", "requests")
@@ -29,9 +32,10 @@ def request_mix(lengths: str) -> Any:
         from shardwise.specs.request_mix import SHAREGPT
 
         return SHAREGPT
-    if not name.lower().endswith(".csv"):
+    if not name.lower().endswith(TABLE_SUFFIXES):
         raise SpecError(
-            f"--lengths: {lengths!r} is not allowed; choose fixed, sharegpt or a CSV file of input_len,output_len rows"
+            f"--lengths: {lengths!r} is not allowed; choose fixed, sharegpt or a table of input_len,output_len rows "
+            f"({', '.join(TABLE_SUFFIXES)})"
         )
     return read_lengths_csv(name)
 
