@@ -216,12 +216,12 @@ def test_predict_says_where_its_interval_comes_from(cli):
     assert math.log(d["step_time_s_high"] / d["step_time_s"]) == pytest.approx(spreads.Z80 * want, rel=1e-6)
     assert max(sd for sd, _, _ in spreads.STACK_LOG_SD.values()) - 5e-4 <= spreads.NO_DATA_LOG_SD  # the widest
     # a preset on the engine of a stack with runs takes that stack's spread, and says so
-    code, out, err = cli([*args, "--framework", "torchtitan"])
+    code, out, err = cli([*args, "--framework", "composer"])
     assert code == 0, err
     d = json.loads(out)
-    assert "no published runs of torchtitan itself" in d["interval"]["basis"]
-    assert "torchtitan-compile runs" in d["interval"]["basis"]
-    want = spreads.gpu_widened_log_sd(spreads.STACK_LOG_SD["torchtitan-compile"][0], "h100-sxm5-80gb")
+    assert "no published runs of composer itself" in d["interval"]["basis"]
+    assert "fsdp runs" in d["interval"]["basis"]
+    want = spreads.gpu_widened_log_sd(spreads.STACK_LOG_SD["fsdp"][0], "h100-sxm5-80gb")
     assert math.log(d["step_time_s_high"] / d["step_time_s"]) == pytest.approx(spreads.Z80 * want, rel=1e-6)
 
 
