@@ -1,17 +1,16 @@
-"""Review 41 #2: the closed form's pipeline makespan with stages of unequal time
-(`engines.pipeline.one_f_one_b_makespan_s`) agrees with the discrete-event simulator, which runs
-the schedule operation by operation: nanotron's compute split (the extra layers on stage 0: 11,
-10 x 6, 9 of Llama 3 70B over 8 stages), Megatron's first/last-stage layers either way,
-Megatron-DeepSpeed's partition, fewer micro-batches than stages, and GPipe (nanotron's
-all-forward-all-backward). The old closed form charged a heavier first stage (p - 1) x the other
-stages' time: 0.835 s of bubble against the simulator's 0.749 s on the 70B plan."""
+"""Review 41 #2, review 42: the closed form's pipeline makespan with stages of unequal time against
+the discrete-event simulator, which runs the schedule operation by operation: nanotron's compute
+split (the extra layers on stage 0: 11, 10 x 6, 9 of Llama 3 70B over 8 stages), Megatron's
+first/last-stage layers either way, Megatron-DeepSpeed's partition, fewer micro-batches than
+stages, and GPipe (nanotron's all-forward-all-backward). The closed form charges a heavier
+first stage (p - 1) x the other stages' time: 0.835 s of bubble against the simulator's 0.749 s on
+the 70B plan."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from shardwise.engines.pipeline import one_f_one_b_makespan_s, pipeline_makespan_s
 from shardwise.engines.simulated import simulate_training_step
 from shardwise.engines.training import estimate_training_step
 from shardwise.requests.training import TrainingRequest
@@ -39,34 +38,19 @@ CASES = (
 
 
 @pytest.mark.parametrize("argv", CASES)
-def test_closed_form_bubble_is_the_simulators_on_uneven_stages(argv):
+def test_the_closed_form_never_charges_an_uneven_pipeline_less_than_the_simulator(argv):
+    """The closed form prices 1F1B as (m + p - 1) x the stages' micro-batch time (the fullest
+    stage's steady state and the others' fill and drain): exact for equal stages, an upper bound
+    for unequal ones, which the simulator runs operation by operation (0.835 s of bubble against
+    0.749 s on the 70B plan at pp 8). A per-stage closed form (review 41) broke the invariant that
+    faster hardware never slows a step: the stages' forward share moved with kernel-launch speed
+    where the host bounds a layer (review 42), so it was withdrawn; `plan` re-times its top plans
+    with the simulator."""
     scn = TrainingRequest.from_argv(BASE + argv).scenario()
-    closed = estimate_training_step(scn)
-    sim = simulate_training_step(scn, records=False).estimate
-    assert float(np.asarray(closed.step_time_s)) == pytest.approx(float(np.asarray(sim.step_time_s)), rel=1e-6)
-    assert float(np.asarray(closed.breakdown.pp_bubble_s)) == pytest.approx(
-        float(np.asarray(sim.breakdown.pp_bubble_s)), rel=1e-5, abs=1e-9
-    )
-
-
-def test_heavier_first_stage_waits_less_than_p_minus_1_other_stages():
-    # the review's hand numbers: stage 0 0.1316 s per micro-batch (f + b), stages 1-6 0.119, stage 7 0.1206
-    c, m, p = (0.1316, 0.119, 0.1206), 32, 8
-    forward = tuple(x / 3 for x in c)
-    mids = 6 * 0.119
-    old = pipeline_makespan_s(*c, p, m, 1, mids)
-    new = one_f_one_b_makespan_s(c, forward, p, m, mids)
-    assert float(old) - m * c[0] == pytest.approx(0.835, abs=1e-3)
-    assert float(new) - m * c[0] == pytest.approx(2 * 0.835 - 7 * 0.1316, abs=1e-3)  # 0.749 s
-
-
-def test_equal_stages_keep_m_plus_p_minus_1():
-    for m, p in ((32, 8), (8, 4), (2, 4), (1, 2)):
-        c = 0.1
-        got = one_f_one_b_makespan_s((c, c, c), (c / 3, c / 3, c / 3), p, m, (p - 2) * c)
-        # with fewer micro-batches than stages too: the last stage runs F B F B ..., m c after the
-        # first forward's fill, then the last backward's drain
-        assert float(got) == pytest.approx((m + p - 1) * c), (m, p)
+    closed = float(np.asarray(estimate_training_step(scn).step_time_s))
+    sim = float(np.asarray(simulate_training_step(scn, records=False).estimate.step_time_s))
+    assert closed >= sim * (1 - 1e-6)
+    assert closed <= sim * 1.15  # within 5% on these splits, 10% with 2 micro-batches through 4 stages
 
 
 def test_plan_says_which_step_times_are_simulated():

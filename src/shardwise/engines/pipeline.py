@@ -2,9 +2,9 @@
 
 With c_j one micro-batch's work on stage j (forward + backward + blocking sends in training; the
 forward in inference), m micro-batches and v model chunks per GPU (Narayanan et al. 2021 Sec.
-2.2): T = m max_j c_j + (sum_j c_j - max_j c_j) / v (training's 1F1B with one chunk per GPU:
-each stage's fill, waits and drain, `one_f_one_b_makespan_s`). Serving engines that prepare every
-micro-batch on the host add their host time to that (`pipelined_round_s`).
+2.2): T = m max_j c_j + (sum_j c_j - max_j c_j) / v: exact for equal stages, an upper bound for
+unequal ones (docs/model.md; the simulator runs them operation by operation). Serving engines that
+prepare every micro-batch on the host add their host time to that (`pipelined_round_s`).
 """
 
 from __future__ import annotations
@@ -45,59 +45,6 @@ def pipeline_makespan_s(
     mids = (p - 2) * c_middle if c_middle_sum is None else c_middle_sum
     c_sum = where(p == 1, c_first, c_first + where(p > 2, mids, 0.0) + c_last)
     return micro_batches * c_max + flushes * (c_sum - c_max) / vpp
-
-
-def one_f_one_b_makespan_s(
-    c: tuple[Number, Number, Number],
-    forward: tuple[Number, Number, Number],
-    pp: Number,
-    micro_batches: Number,
-    c_middle_sum: Number,
-    flushes: Number = 1,
-) -> Number:
-    """1F1B's makespan with stages of unequal time (Narayanan et al. 2021 Sec. 2.2's schedule,
-    PipeDream-Flush): c = (first, slowest middle, last) stage's micro-batch time, `forward` their
-    forward parts f (b = c - f), the p - 2 middle stages together `c_middle_sum`.
-
-    Stage k runs p - k - 1 forwards ahead (warm-up), then a forward and a backward in turn, then
-    the last backwards (cool-down). Every micro-batch's work is on its own time, m c_k; before its
-    first forward the first micro-batch crosses the stages before it (sum_{i<k} f_i), after its
-    last backward that backward crosses them back (sum_{i<k} b_i); and with R_k = sum_{i>k} c_i
-    the round trip of a micro-batch through the stages after it, it waits
-    for its first backward R_k - (p - k - 1) f_k (its warm-up forwards run meanwhile) and for its
-    last one R_k - (p - k - 1) b_k (its cool-down backwards run meanwhile), each where positive.
-    With m < p - k micro-batches it runs every forward before its first backward: one wait,
-    R_k - (m - 1) f_k. The makespan is the largest T_k over the stages:
-
-        T_k = m c_k + F (sum_{i<k} c_i + W_k),   W_k = [R_k - n f_k]+ + [R_k - n b_k]+  (n = p - k - 1)
-
-    per schedule of m / F micro-batches (`Plan.pipeline_flushes`). Equal stages give
-    (m + p - 1) c, the closed form of `pipeline_makespan_s` (m < p too: the last stage runs
-    F B F B ...); a heavier first stage waits less than
-    the (p - 1) c_j of the other stages that form charges (its warm-up forwards fill the wait):
-    nanotron's compute split puts the extra layers of 80 on stage 0 (11, 10 x 6, 9). The
-    discrete-event simulator (`engines.simulated`) runs the same schedule operation by operation;
-    tests/test_bubble_uneven.py checks the two agree on uneven splits. Stages considered: the
-    first, the first and the last middle stage (the middle ones alike), the last."""
-    c_first, c_mid, c_last = c
-    f_first, f_mid, f_last = forward
-    p = np.asarray(pp, dtype=float)
-    m = np.asarray(micro_batches, dtype=float) / flushes  # one schedule's micro-batches
-    mids = where(p > 2, c_middle_sum, 0.0)
-
-    def stage(c_k: Number, f_k: Number, up: Number, after: Number, n: Number) -> Number:
-        b_k = c_k - f_k
-        steady = np.maximum(after - n * f_k, 0.0) + np.maximum(after - n * b_k, 0.0)
-        wait = where(m >= n + 1, steady, np.maximum(after - (m - 1) * f_k, 0.0))
-        return m * c_k + up + wait
-
-    first = stage(c_first, f_first, 0.0, mids + c_last, p - 1)
-    last = stage(c_last, f_last, c_first + mids, 0.0, 0.0)
-    second = stage(c_mid, f_mid, c_first, mids - c_mid + c_last, p - 2)
-    last_mid = stage(c_mid, f_mid, c_first + mids - c_mid, c_last, 1.0)
-    middle = where(p > 2, np.maximum(second, last_mid), 0.0)
-    one = flushes * np.maximum(np.maximum(first, last), middle)
-    return where(p == 1, np.asarray(micro_batches, dtype=float) * c_first, one)
 
 
 def pipeline_host_s(preset: EnginePreset, requests: Number) -> Number:

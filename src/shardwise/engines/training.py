@@ -26,14 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.arrays import any_true, as_array, as_float, maximum, plus, where
+from shardwise.arrays import as_float, maximum, plus, where
 from shardwise.engines.context_parallel import context_parallel, cp_step_s, micro_batch_view
 from shardwise.engines.costs import layer_cost
 from shardwise.engines.deferred import Later, deferred, rebound
 from shardwise.engines.distinct import evaluate_distinct
 from shardwise.engines.dp_step import data_parallel_exposed_s, paced_stages
 from shardwise.engines.moe import model_moe_split
-from shardwise.engines.pipeline import one_f_one_b_makespan_s, pipeline_makespan_s
+from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.stage_assembly import select
 from shardwise.engines.tp_overlap import tp_comm
@@ -86,12 +86,6 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     return est if est.scenario is scn else rebound(est, scenario=scn)
 
 
-def share_forward(stage: Any) -> Number:
-    """The forward's share of a stage's micro-batch time (its sends and fixed costs split alike)."""
-    total = as_float(stage.total_s)
-    return np.where(total > 0, as_float(stage.forward_s) / np.where(total > 0, total, 1.0), 0.5)
-
-
 def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     """`estimate_training_step` computed for every element (the reference the distinct path is
     checked against)."""
@@ -116,12 +110,6 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     c_first, c_mid, c_last, optimizer_s = lay.c_first, lay.c_mid, lay.c_last, lay.optimizer_s
     flushes = as_float(plan.pipeline_flushes)
     pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, lay.v_whole, lay.c_mid_sum, flushes)
-    one_f_one_b = (as_array(plan.schedule) == Schedule.ONE_F_ONE_B) & (v == 1) & (p > 1)
-    if any_true(one_f_one_b):  # stages of unequal time: each stage's fill, drain and waits (`one_f_one_b_makespan_s`)
-        costs = (c_first, c_mid, c_last)
-        forward = tuple(c * share_forward(s) for c, s in zip(costs, (first, middle, last), strict=True))
-        uneven = one_f_one_b_makespan_s(costs, forward, p, m, lay.c_mid_sum, flushes)
-        pipe_s = where(one_f_one_b, uneven, pipe_s)
     # ZB-H1 (Qi et al. 2023): deferred weight-gradient passes fill the cool-down, so the bubble
     # is (p - 1)(c - 2 T_W) instead of (p - 1) c per micro-batch time c.
     if lay.w_stage is not None:
