@@ -277,3 +277,16 @@ def test_a_presets_json_is_a_preset_file_again(cli, tmp_path):
     (tmp_path / "both.json").write_text(json.dumps({**gpu, "memory": "80GB"}))
     code, out, err = cli(["presets", "show", str(tmp_path / "both.json")])
     assert code == 2 and "memory and memory_bytes: the same quantity given twice" in err
+
+
+def test_every_key_presets_json_writes_reads_back(cli, tmp_path):
+    """One table (`si_keys.SI_NAMES`) names the SI keys `presets --json` writes and a preset file
+    reads: an A100's `tdp_watts`, which the loader once knew only as its Gpu field `tdp_w`."""
+    code, out, err = cli(["presets", "show", "a100-sxm4-80gb", "--json"])
+    assert code == 0, err
+    gpu = {**json.loads(out)["gpus"], "name": "my-a100"}
+    assert gpu["tdp_watts"] == 400.0
+    (tmp_path / "a.json").write_text(json.dumps(gpu))
+    code, out, err = cli(["presets", "show", str(tmp_path / "a.json"), "--json"])
+    assert code == 0, err
+    assert json.loads(out)["gpus"]["tdp_watts"] == 400.0

@@ -6,6 +6,8 @@ from typing import Any
 
 import click
 
+from shardwise.si_keys import SI_NAMES
+
 KIND_CHOICES = ["gpus", "links", "systems", "models", "frameworks", "engines"]
 # the kinds read from YAML presets (engines are built into the serving model: `engines.engine_describe`)
 YAML_KINDS = KIND_CHOICES[:-1]
@@ -148,31 +150,10 @@ CELL_UNITS = {
 }
 
 
-# --json gives each quantity in SI with its unit in the key, under the name predict's
-# `scenario.cluster` uses where it has one (review 40 #10: '989.4 TFLOPS', '79.11GiB' a script had to
-# parse); the text table keeps the display strings (`CELL_UNITS`)
-JSON_UNITS = {
-    "peak_16bit": ("peak_flops_per_s_16bit", "parse_flops_per_s"),
-    "peak_fp8": ("peak_flops_per_s_fp8", "parse_flops_per_s"),
-    "peak_fp4": ("peak_flops_per_s_fp4", "parse_flops_per_s"),
-    "memory": ("memory_bytes", "parse_bytes"),
-    "memory_bandwidth": ("memory_bandwidth_bytes_per_s", "parse_rate_bytes_per_s"),
-    "l2": ("l2_bytes", "parse_bytes"),
-    "l2_bandwidth": ("l2_bandwidth_bytes_per_s", "parse_rate_bytes_per_s"),
-    "host_link": ("host_link_bytes_per_s", "parse_rate_bytes_per_s"),
-    "tdp": ("tdp_watts", "parse_watts"),
-    "bandwidth": ("bandwidth_bytes_per_s", "parse_rate_bytes_per_s"),
-    "ll_bandwidth": ("ll_bandwidth_bytes_per_s", "parse_rate_bytes_per_s"),
-    "latency": ("latency_s", "parse_seconds"),
-    "host_kernel": ("host_kernel_s", "parse_seconds"),
-    "host_memory_bandwidth": ("host_memory_bandwidth_bytes_per_s", "parse_rate_bytes_per_s"),
-    "socket_link_bandwidth": ("socket_link_bandwidth_bytes_per_s", "parse_rate_bytes_per_s"),
-    "uplink_bandwidth": ("uplink_bandwidth_bytes_per_s", "parse_rate_bytes_per_s"),
-}
-
-
 def si_fields(fields: dict[str, Any]) -> dict[str, Any]:
-    """A preset's fields for --json: each quantity of `JSON_UNITS` parsed to SI under its unit-named
+    """A preset's fields for --json (review 40 #10: '989.4 TFLOPS', '79.11GiB' a script had to parse;
+    the text table keeps the display strings, `CELL_UNITS`): each quantity of `si_keys.SI_NAMES`,
+    which preset files read back, parsed to SI under its unit-named
     key (bytes whole, as `units.whole_bytes`), nested objects (a system's `pcie`) too; the rest as is."""
     from shardwise import units
 
@@ -180,8 +161,8 @@ def si_fields(fields: dict[str, Any]) -> dict[str, Any]:
     for key, value in fields.items():
         if isinstance(value, dict):
             out[key] = si_fields(value)
-        elif key in JSON_UNITS and isinstance(value, str | int | float) and not isinstance(value, bool):
-            name, parse = JSON_UNITS[key]
+        elif key in SI_NAMES and isinstance(value, str | int | float) and not isinstance(value, bool):
+            name, parse = SI_NAMES[key]
             out[name] = _si_number(name, getattr(units, parse)(value))
         else:
             out[key] = value
@@ -327,7 +308,7 @@ def _print_fields(
     if as_json:
         from shardwise import export
 
-        named = [JSON_UNITS.get(f, (f,))[0] for f in inherited]  # under the keys the fields have here
+        named = [SI_NAMES.get(f, (f,))[0] for f in inherited]  # under the keys the fields have here
         extra = {("from_family_default" if label else "from_like"): named} if inherited else {}
         click.echo(
             export.dumps(
