@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from shardwise.serving_names import RUNTIME_NAMES
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.hardware import CUSTOM_ALL_REDUCE_KERNELS
@@ -38,8 +39,8 @@ ENGINE_NAMES = ("tensorrt-llm", "vllm", "sglang", "llama.cpp", "fastertransforme
 # `all_reduce`, engines/engine_presets.py): what `serve` and `ServingWorkload` use unless told
 # otherwise; the other engines reduce with NCCL only ("none").
 ENGINE_ALL_REDUCE = {"tensorrt-llm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
-# Serving runtimes (the engines price each: engines/serving.py RUNTIMES).
-RUNTIME_NAMES = ("graphs", "cpp-eager", "pytorch-eager")
+# Serving runtimes (the engines price each: engines/serving.py RUNTIMES): `serving_names.RUNTIME_NAMES`,
+# imported above (the command line reads it there without numpy).
 
 
 @dataclass(frozen=True)
