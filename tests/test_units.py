@@ -47,6 +47,24 @@ def test_flops_and_times():
     assert units.parse_seconds("3ns") == pytest.approx(3e-9)
 
 
+@pytest.mark.parametrize(
+    ("parse", "text", "expected"),
+    [
+        (units.parse_rate_bytes_per_s, "2.039TB/s", 2.039e12),  # 2.039 * 1e12 is 2039000000000.0002
+        (units.parse_rate_bytes_per_s, "3.35TB/s", 3.35e12),
+        (units.parse_rate_bytes_per_s, "0.7Gb/s", 0.0875e9),
+        (units.parse_seconds, "5us", 5e-6),  # 5 * 1e-6 is 4.9999999999999996e-06
+        (units.parse_seconds, "0.3ms", 3e-4),
+        (units.parse_flops_per_s, "989.4TFLOPS", 989.4e12),
+        (units.parse_bytes, "1.1GB", 1.1e9),
+    ],
+)
+def test_a_quantity_is_the_number_as_written_rounded_once(parse, text, expected):
+    """What --json prints reads as the preset says (review: the A100's 2.039TB/s came out as
+    2039000000000.0002): the text's decimal number is scaled exactly, then rounded to a float."""
+    assert parse(text) == expected
+
+
 @pytest.mark.parametrize("bad", ["fast", "600GB", "600 parsecs", True])
 def test_unreadable_rate_is_one_line_naming_the_value_and_examples(bad):
     with pytest.raises(UnitError) as excinfo:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 from typing import Any
 
 from shardwise.errors import SpecError, UnitError
@@ -37,6 +38,12 @@ def _prefix_factor(prefix: str | None) -> float:
         return 1.0
     p = prefix.lower()
     return float(_BINARY[p]) if p in _BINARY else _DECIMAL[p]
+
+
+def _scaled(num: str, factor: float, divisor: int = 1) -> float:
+    """`num` (the text as written) times `factor` / `divisor`, rounded once: '2.039' TB/s is
+    2039000000000.0, where 2.039 * 1e12 is 2039000000000.0002 (which --json then printed)."""
+    return float(Decimal(num) * Decimal(repr(factor)) / divisor)
 
 
 def _number(value: str | float | int) -> float | None:
@@ -77,7 +84,7 @@ def parse_bytes(value: str | float | int) -> float:
     m = _BYTES_RE.match(str(value).strip())
     if not m:
         raise UnitError(f"{value!r} is not a size; use e.g. '80GB', '141GiB' or a number of bytes")
-    return float(m["num"]) * _prefix_factor(m["prefix"])
+    return _scaled(m["num"], _prefix_factor(m["prefix"]))
 
 
 def parse_rate_bytes_per_s(value: str | float | int) -> float:
@@ -90,8 +97,7 @@ def parse_rate_bytes_per_s(value: str | float | int) -> float:
     if not m:
         raise UnitError(f"{value!r} is not a bandwidth; use e.g. '600GB/s', '400Gb/s' (bits) or bytes per second")
     per_bit = m["unit"] in ("b", "bit")
-    factor = _prefix_factor(m["prefix"]) / (BITS_PER_BYTE if per_bit else 1)
-    return float(m["num"]) * factor
+    return _scaled(m["num"], _prefix_factor(m["prefix"]), BITS_PER_BYTE if per_bit else 1)
 
 
 def _prefixed(value: str | float | int, pattern: re.Pattern[str], what: str) -> float:
@@ -102,7 +108,7 @@ def _prefixed(value: str | float | int, pattern: re.Pattern[str], what: str) -> 
     m = pattern.match(str(value).strip().replace(" ", ""))
     if not m:
         raise UnitError(f"{value!r} is not {what}")
-    return float(m["num"]) * _prefix_factor(m["prefix"])
+    return _scaled(m["num"], _prefix_factor(m["prefix"]))
 
 
 def parse_flops_per_s(value: str | float | int) -> float:
@@ -124,7 +130,7 @@ def parse_seconds(value: str | float | int) -> float:
     factor = _TIME.get(m["unit"].lower()) if m else None
     if factor is None:  # never a KeyError: an unknown unit is a one-line error
         raise UnitError(f"{value!r} is not a time; use e.g. '2us', '0.5ms' or seconds as a number")
-    return float(m["num"]) * factor
+    return _scaled(m["num"], factor)
 
 
 def format_bytes(n_bytes: float) -> str:
