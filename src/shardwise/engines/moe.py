@@ -10,7 +10,8 @@ busiest EP rank, `Plan.expert_imbalance` x the mean):
   combine, un-permutation;
 - backward: the same collectives in reverse (the gradients travel the same way) and the input-
   and weight-gradient GEMMs of the router and the experts;
-- full recomputation repeats the forward, collectives included;
+- full recomputation repeats the forward, collectives included; torchtitan's per-op selective
+  checkpointing the forward's compute, its all-to-alls only in eager PyTorch (`engines.moe_op_sac`);
 - in training, the host issues the grouped GEMMs one local expert at a time (Transformer Engine's
   GroupedLinear), and splits, allocates and quantizes per expert around them
   (`physics.moe_grouped.grouped_linear_host_ops`; none under a full-iteration CUDA graph): with many experts
@@ -38,6 +39,7 @@ import numpy as np
 
 from shardwise.engines.costs import FIELDS, StageCost, layer_cost
 from shardwise.engines.dp_dense import dp_gather_s, gathered_router_s, splits_over_group
+from shardwise.engines.moe_op_sac import op_sac_expert_masks
 from shardwise.engines.tp_overlap import NCCL_OVERLAP_SMS, TpComm, overlapped_exposed_s
 from shardwise.physics import fp8_recipes
 from shardwise.physics.collectives import Fabric
@@ -228,18 +230,22 @@ def experts_parts(
         # the activation reruns, and with it GPT-OSS's clamp (`physics.moe.CLAMP_FORWARD_PASSES`)
         clamp = memory_s(ef.clamp_bytes, gpu, CLAMP_FORWARD_KERNELS * (np.asarray(ef.clamp_bytes) > 0)) * training
         redo = redo + np.where(selective, memory_s(ef.activation_bytes, gpu, kernels=1) + clamp, 0.0)
-    redo = np.where(whole_moe, forward, redo)
-    rerun = full | whole_moe  # the forward's collectives again
+    # torchtitan's per-op SAC: the router, permutations and grouped GEMMs again, not the host sync
+    # (its D2H copy is saved); eager, the all-to-alls too (`engines.moe_op_sac`)
+    op_redo, op_comm, w2_kept = op_sac_expert_masks(plan)
+    redo = np.where(whole_moe, forward, np.where(op_redo, forward - sync - w2_kept * down.forward_s, redo))
+    rerun = full | whole_moe  # the forward again from its host sync on
+    again = rerun | op_comm  # the forward's collectives again
     kernels = busy = 0.0
     if training and np.any(plan.host_kernel_s):
-        kernels = graphed_training_kernels(ef, BACKWARD_KERNEL_RATIO, rerun, plan.cuda_graph_scope)
-        passes = 1.0 + np.asarray(rerun, dtype=float)
+        kernels = graphed_training_kernels(ef, BACKWARD_KERNEL_RATIO, rerun | op_redo, plan.cuda_graph_scope)
+        passes = 1.0 + np.asarray(rerun | op_redo, dtype=float)
         # padded to capacity, nothing reads the split sizes: the host runs ahead through the whole layer
         # and its exposed expert collectives keep the GPU busy too, as a dense layer's TP collectives do
         # (`engines.costs`; not under combined 1F1B, whose all-to-alls run beside the other micro-batch's
         # compute). A dropless layer's read empties the queue: its dispatch leads the experts' section
         comm_f = dispatch_f + gather
-        comm = comm_f + dispatch_b + gather + np.where(rerun, comm_f, 0.0)
+        comm = comm_f + dispatch_b + gather + np.where(again, comm_f, 0.0)
         busy = forward + backward + redo + np.where(padded & ~np.asarray(plan.moe_overlap, dtype=bool), comm, 0.0)
         if not graphed:  # GroupedLinear's own host work per local expert (`physics.moe_grouped.GROUPED_*`)
             own_f, own_b = grouped_linear_host_ops(model.experts / np.asarray(plan.ep), plan.precision, plan.fp8_recipe)
@@ -256,18 +262,19 @@ def experts_parts(
             alone = dispatched & ~np.asarray(plan.moe_overlap, dtype=bool) & ~padded  # padded: no read
             lead_s = comm_f / 2
             wait = np.where(alone, host_bound_s(section_s + lead_s, section_k, plan.host_kernel_s), 0.0)
-            kernels = kernels - np.where(alone, passes * section_k, 0.0)
-            busy = busy - np.where(alone, passes * section_s, 0.0)
+            synced = 1.0 + np.asarray(rerun, dtype=float)  # a per-op recompute's section follows no sync
+            kernels = kernels - np.where(alone, synced * section_k, 0.0)
+            busy = busy - np.where(alone, synced * section_s, 0.0)
             forward = forward + wait
             redo = redo + np.where(rerun, wait, 0.0)
     cost = StageCost(
         compute_forward_s=forward,
         compute_backward_s=backward + redo,
         tp_forward_s=gather,
-        tp_backward_s=gather + np.where(rerun, gather, 0.0),
+        tp_backward_s=gather + np.where(again, gather, 0.0),
         weight_grad_s=router.weight_grad_s + up.weight_grad_s + down.weight_grad_s,
         ep_forward_s=dispatch_f,  # dispatch and combine
-        ep_backward_s=dispatch_b + np.where(rerun, dispatch_f, 0.0),  # their gradients (and the forward redone)
+        ep_backward_s=dispatch_b + np.where(again, dispatch_f, 0.0),  # their gradients (and the forward redone)
     )
     return cost, kernels, busy
 

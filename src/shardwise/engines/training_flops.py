@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from shardwise.engines.moe_op_sac import op_sac_expert_masks
 from shardwise.physics.flops import LayerForward, layer_forward, logits_forward
 from shardwise.physics.moe import experts_forward
 from shardwise.physics.params import total_params
-from shardwise.specs import Model, Recompute, Scenario
+from shardwise.specs import Model, Plan, Recompute, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.stages import recomputed_split
 
@@ -59,6 +60,21 @@ def op_sac_flops(model: Model, one: LayerForward) -> Number:
     return kv / (q + 2 * kv) * one.qkv.flops + one.attn_out.flops + mlp * one.has_mlp
 
 
+def op_sac_layers_flops(model: Model, one: LayerForward, plan: Plan) -> Number:
+    """`op_sac_flops` of every layer for one sequence: an MoE layer's attention and shared experts
+    (its MLP in the count), and its router and routed experts whole -- the gate is forced to
+    recompute and `_grouped_mm` is not in the save set -- less w2's grouped GEMM where a compiled
+    block saves the combine's all-to-all (`engines.moe_op_sac.op_sac_expert_masks`)."""
+    if not model.is_moe:
+        return model.layers * op_sac_flops(model, one)
+    e = plan.bytes_per_element
+    shared = layer_forward(model, 1, 1, False, e, ffn=model.shared_experts * model.expert_ffn_hidden)
+    ef = experts_forward(model, model.seq_len, 1, 1, e)
+    routed = ef.model_flops - op_sac_expert_masks(plan)[2] * ef.down.flops
+    n_moe = model.moe_layers
+    return (model.layers - n_moe) * op_sac_flops(model, one) + n_moe * (op_sac_flops(model, shared) + routed)
+
+
 def flops_per_step(scn: Scenario) -> tuple[Number, Number]:
     """Model FLOPs (3 passes) and hardware FLOPs (+ recomputation) of one step, all GPUs. LoRA
     (`Plan.lora_rank`) computes no weight gradient of the frozen linear layers and output layer
@@ -79,7 +95,7 @@ def flops_per_step(scn: Scenario) -> tuple[Number, Number]:
     )
     redo = np.where((rc == Recompute.SELECTIVE) & np.asarray(plan.flash_attention, dtype=bool), 0.0, redo)
     if plan.selective_policy == "op":  # torchtitan's op-level SAC redoes every second matmul
-        redo = np.where(rc == Recompute.SELECTIVE, model.layers * op_sac_flops(model, one), redo)
+        redo = np.where(rc == Recompute.SELECTIVE, op_sac_layers_flops(model, one, plan), redo)
     if np.any(np.asarray(plan.recompute_layers) > 0):  # those layers' forward again, the others' as rc says
         whole = recomputed_split(scn.split, plan.vpp, plan.recompute_layers).total / model.layers
         redo = np.where(rc == Recompute.FULL, redo, whole * layers_fwd + (1.0 - whole) * redo)

@@ -12,6 +12,7 @@ from typing import ClassVar
 import numpy as np
 
 from shardwise.arrays import any_true, as_array, as_bool, as_float, choose, ifelse, maximum, minimum, select
+from shardwise.engines.moe_op_sac import op_sac_routed_memory
 from shardwise.engines.training_buffers import (  # the step's buffers, split out
     buffer_terms,
     pp_unsharded_bytes,
@@ -142,7 +143,8 @@ def memory_breakdown(
     if terms is None:
         terms = memory_terms(scn, params, expert_params, trained, moe_layers is not None)
     per_layer, unsaved, working, grads_flow, logits, saved_head, sp_split, mask_per_mb = terms.layer
-    moe_extra = 0.0  # what an MoE layer keeps beyond a dense one
+    moe_extra = moe_working = 0.0  # what an MoE layer keeps beyond a dense one; its rebuilt working set
+    t, b = plan.tp, plan.micro_batch
     if moe_layers is not None:
         shared = model.shared_experts * model.expert_ffn_hidden
         attention = mem.layer_activation_bytes(
@@ -175,6 +177,13 @@ def memory_breakdown(
             plan.recompute_modules,
             fp8_input_bytes(plan),
         )
+        if policy == "op":  # torchtitan's per-op SAC keeps the router's topk; the layer is rebuilt whole
+            unsaved_attention = mem.layer_activation_bytes(
+                model, b, t, plan.sequence_parallel, Recompute.NONE, plan.flash_attention, e, shared, "attention",
+                stack.extra_saved_elements(model, shared), fp8_input_bytes=fp8_input_bytes(plan),
+            )  # fmt: skip
+            load = capacity_load(plan.expert_imbalance, dropping, plan.moe_pad_to_capacity)
+            routed, moe_working = op_sac_routed_memory(model, plan, tokens, load, attention, routed, unsaved_attention)
         # An MoE layer norms the router's input apart (Megatron-Core's TE spec: pre_mlp_layernorm a
         # TENorm when there are experts, gpt_layer_specs.py): selective "layernorm" recomputation
         # drops that norm's output, the MLP input of the inventory (transformer_layer.py,
@@ -191,7 +200,7 @@ def memory_breakdown(
             attention = attention - ifelse(as_array(plan.recompute) == Recompute.SELECTIVE, freed, 0.0)
         moe_extra = attention + routed - per_layer
     p = as_float(plan.pp)
-    t, b = plan.tp, plan.micro_batch
+    working = maximum(working, moe_working)  # (`engines.moe_op_sac`; 0 but under the per-op policy)
     split = scn.split if split is None else split
     # Layers recomputed whole (`Plan.recompute_layers`, a dense model's) keep only their input. The
     # backward pass rebuilds one of them at a time, after the chunk's other layers (the ones after

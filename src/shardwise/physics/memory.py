@@ -36,6 +36,7 @@ from shardwise.physics.memory_activations import (
     mlp_checkpointed_bytes,
     moe_checkpointed_shared_bytes,
     op_sac_layer_bytes,
+    op_sac_routed_bytes,
     routed_expert_activation_bytes,
 )
 from shardwise.physics.memory_stacks import (
@@ -249,6 +250,7 @@ __all__ = [
     "model_state_bytes",
     "moe_checkpointed_shared_bytes",
     "op_sac_layer_bytes",
+    "op_sac_routed_bytes",
     "optimizer_bytes_per_param",
     "routed_expert_activation_bytes",
     "sharded_state_bytes",

@@ -209,15 +209,49 @@ def op_sac_layer_bytes(
     is recomputed): the layer's input (the checkpoint's), the 1st, 3rd, ... of the outputs of
     Q, K, V, attention-out, MLP up (and gate) and down, in that order (the row-parallel ones whole
     on each TP rank, before their reduce-scatter), the attention output, and with sequence
-    parallelism the two reduce-scatter outputs."""
+    parallelism the two reduce-scatter outputs. An MoE layer passes its shared experts' width as
+    `ffn` (their w1, w3, w2 follow the attention's four in the count; the router's gate is forced to
+    recompute and left out of it, the routed experts' `_grouped_mm` is no matmul of the count:
+    `op_sac_routed_bytes`); `ffn` 0, no shared experts, keeps no MLP output."""
     s, b, h, kvd, e, t = model.seq_len, batch, model.hidden, model.kv_heads * model.head_dim, bytes_per_element, tp
     q = model.q_dim
     up = [ffn / t, ffn / t] if model.gated_mlp else [ffn / t]
-    outputs = [q / t, kvd / t, kvd / t, h, *up, h]
+    mlp = sum([*up, h][0::2])  # the 5th and 7th matmuls: w1 and w2 (a plain MLP: w1)
+    attention = q / t + kvd / t  # wq and wv, the 1st and 3rd
     sp = np.asarray(sequence_parallel, dtype=bool)
     layer_input = np.where(sp, h / t, h)
     reduce_scatter = np.where(sp, 2 * h / t, 0.0)
-    return e * s * b * (layer_input + sum(outputs[0::2]) + q / t + reduce_scatter)
+    return e * s * b * (layer_input + attention + np.where(np.asarray(ffn) > 0, mlp, 0.0) + q / t + reduce_scatter)
+
+
+# torchtitan's router keeps the values (fp32, the scores it chose on) and int64 indices of its topk
+TOPK_BYTES_PER_CHOICE = 4.0 + 8.0
+
+
+def op_sac_routed_bytes(
+    model: Model, tokens: Number, imbalance: Number, bytes_per_element: float, ep: Number, exchange_saved: Number
+) -> Number:
+    """What torchtitan's per-op selective checkpointing keeps of an MoE layer's routed experts on
+    the busiest rank, for `tokens` routed tokens (pytorch/torchtitan@b5bcd76c
+    torchtitan/distributed/activation_checkpoint.py `SelectiveAC` and `_get_default_save_ops`;
+    torchtitan/models/common/moe.py, token_dispatcher.py). The save set is the partitioner's
+    compute-intensive ops (torch/_functorch/partitioners.py `get_default_op_list`: mm, bmm, addmm,
+    the SDPA ops, `_scaled_mm`; no `_grouped_mm`, torch 2.13), topk, reduce-scatter and the
+    functional all-to-all: of the routed part only the router's topk is saved (TOPK_BYTES_PER_CHOICE
+    per token and choice; the gate's mm is forced to recompute, `force_recompute_mm_shapes_by_fqns`
+    "moe.router.gate", and the D2H copies of the split sizes are saved on the host). The grouped
+    GEMMs, their activation and the permutations are recomputed and keep nothing.
+    `exchange_saved` (ep > 1): the dispatch and combine outputs are kept too -- the received copies
+    (tokens x k x imbalance x h) and the returned ones (tokens x k x h) -- where the all-to-all is
+    `_c10d_functional.all_to_all_single` (torch.compile traces the functional collective,
+    token_dispatcher.py `_dispatch_token_exchange`); eager torchtitan's default spmd_types backend
+    (pytorch/torchtitan#4085, 2026-08-18) runs spmd_types' `_AllToAllUneven`, torch.distributed's
+    in-place `all_to_all`, which is no saved op: rerun in the recompute, nothing kept."""
+    k, h, e = model.experts_per_token, model.hidden, bytes_per_element
+    exchanged = np.where(
+        np.asarray(exchange_saved, dtype=bool) & (np.asarray(ep) > 1), e * tokens * k * h * (imbalance + 1.0), 0.0
+    )
+    return TOPK_BYTES_PER_CHOICE * tokens * k + exchanged
 
 
 def routed_expert_activation_bytes(
