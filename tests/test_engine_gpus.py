@@ -111,6 +111,8 @@ def test_weight_formats_by_architecture_are_refused(cli, argv, allowed):
         # FlashInfer's FP8 cache on Ampere: vLLM picks it where FA2 reads no FP8 (issue #37 item 5), SGLang by default
         ["--system", "dgx-a100", "--framework", "vllm", "--kv-precision", "fp8"],
         ["--system", "dgx-a100", "--framework", "sglang", "--kv-precision", "fp8"],
+        # TensorRT-LLM 1.x's hardware support matrix: FP8 KV cache on Ampere too (features/quantization.md)
+        ["--system", "dgx-a100", "--kv-precision", "fp8"],
         ["--framework", "llama.cpp", "--weight-precision", "q4_k", "--kv-precision", "q8_0"],
     ],
 )
@@ -125,7 +127,6 @@ def test_formats_the_engine_runs_there_are_priced(cli, argv):
     ("argv", "allowed"),
     [
         (["--gpu", "v100-sxm2-32gb", "--num-gpus", "1", "--intra-link", "pcie3", "--framework", "vllm"], "fp16"),
-        (["--system", "dgx-a100"], "bf16, fp16, int8"),  # TensorRT-LLM: no FP8 on Ampere
         ([*MI250X, "--framework", "vllm"], "bf16, fp16"),
         (["--system", "dgx-h100", "--framework", "fastertransformer"], "bf16, fp16"),
         (["--system", "dgx-h100", "--framework", "llama.cpp"], "bf16, fp16, q8_0, q4_0"),
@@ -159,7 +160,7 @@ def test_the_fp8_cache_rule_reads_the_model_where_given():
     assert kv_formats_on("vllm", a100) == kv_formats_on("vllm", a100, llama) == ["bf16", "fp16", "fp8"]
     assert kv_formats_on("vllm", a100, neox) == ["bf16", "fp16"]
     assert kv_formats_on("vllm", h100, neox) == ["bf16", "fp16", "fp8"]
-    assert kv_formats_on("tensorrt-llm", a100, llama) == ["bf16", "fp16", "int8"]
+    assert kv_formats_on("tensorrt-llm", a100, neox) == ["bf16", "fp16", "fp8", "int8"]  # its own kernels
     with pytest.raises(SpecError, match=r"^--kv-precision fp8: sglang .* gpt-neox-20b .*head size 96"):
         check_kv_format("sglang", a100, "fp8", "--kv-precision", neox)
 

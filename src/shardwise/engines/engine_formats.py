@@ -33,7 +33,11 @@ Weights:
   matrix: FP4 weights and activations, "Blackwell and later"; TensorRT-LLM has no weight-only NVFP4
   path); MXFP4 (gpt-oss's experts) on Hopper and Blackwell, the GPUs its GPT-OSS deployment guides
   name (its MXFP4 MoE kernels: W4A16 on Hopper, W4A8 with FP8 or W4A4 on Blackwell; none for Ada).
-  No GGUF block formats.
+  No GGUF block formats. Doubtful, kept (#37 item 5): the 1.x quantization page's hardware matrix
+  (docs/source/features/quantization.md@09d4c79b, the PyTorch backend's recipes) marks W4A16
+  AWQ/GPTQ on Hopper, Ada and Ampere but not Blackwell, MXFP4 on Blackwell alone, and lists no INT8
+  weight recipe; its GPT-OSS guides run MXFP4 on Hopper, and the INT8/INT4 weight-only GEMMs of its
+  TensorRT backend were not checked on Blackwell.
 - vLLM (0.34) and SGLang on NVIDIA: FP8 weights with FP8 GEMMs on Ada and later, and weight-only FP8
   (W8A16, the Marlin kernel) on Ampere: vLLM `Fp8Config.get_min_capability` 80 and `use_marlin`
   where the GPU lacks FP8 (vllm/model_executor/layers/quantization/fp8.py; its docs' quantization
@@ -58,19 +62,26 @@ Weights:
 
 KV cache (`--kv-precision`; the KV cache is read every decode step, so its format is the engine's
 attention kernel's, not the GEMMs'):
-- TensorRT-LLM: FP8 on Ada and later (FP8 is absent from Ampere's precision row, 0.18.2 support
-  matrix), INT8 on Ampere and later (its INT8 KV cache, kv_cache_quant_algo INT8), NVFP4 on
-  Blackwell (kv_cache_quant_algo NVFP4, Blackwell's FP4 attention kernels).
+- TensorRT-LLM: FP8 on Ampere and later: its 1.x quantization page's "Hardware Support Matrix"
+  marks "FP8 KV Cache" on Blackwell, Hopper, Ada and Ampere alike, where its FP8 GEMMs start at Ada
+  (docs/source/features/quantization.md@09d4c79b; the 0.18.2 support matrix's Ampere precision row,
+  which lacked FP8, is about the GEMMs); on Ampere its attention kernels widen the FP8 cache to 16
+  bits in software (no FP8 conversion instruction before SM 8.9), priced as vLLM's below (#37 item
+  5: it was refused on Ampere). INT8 on Ampere and later (its INT8 KV cache, kv_cache_quant_algo
+  INT8), NVFP4 on Blackwell (kv_cache_quant_algo NVFP4, Blackwell's FP4 attention kernels).
 - vLLM 0.34 (`--kv-cache-dtype fp8`): on NVIDIA from Ampere, on AMD on CDNA3 (e4m3fnuz, its ROCm
   attention backends). Its CUDA platform takes the first backend in FLASH_ATTN, FLASHINFER,
   TRITON_ATTN, FLEX_ATTENTION (Blackwell: FLASHINFER first) whose `validate_configuration` accepts
-  the cache's dtype (vllm/platforms/cuda.py `_get_backend_priorities`, `get_valid_backends`):
+  the cache's dtype (vllm/platforms/cuda.py@002db495 `_get_backend_priorities`,
+  `get_valid_backends`):
   FlashAttention reads an FP8 cache only as FA3, Hopper (`supports_kv_cache_dtype`:
   `flash_attn_supports_fp8()`), and FlashInfer reads fp8, fp8_e4m3 and fp8_e5m2 caches from SM 7.5
   (vllm/v1/attention/backends/flashinfer.py `supported_kv_cache_dtypes`, `supports_compute_capability`
-  7.5-12.1; vLLM's generated table, docs/design/attention_backends.md: FLASHINFER "Native", KV dtypes
-  fp8/fp8_e4m3/fp8_e5m2, "7.x-9.x"), so an A100 with an FP8 cache runs FlashInfer (flashinfer-python
-  is a requirement of vLLM's CUDA build, requirements/cuda.txt) where it runs FA2 with a 16-bit one.
+  7.5-12.1; vLLM's table generated from them, docs/design/attention_backends.md@00139433 and
+  docs.vllm.ai/en/v0.32.0/design/attention_backends: FLASHINFER "Native", KV dtypes
+  fp8/fp8_e4m3/fp8_e5m2, "7.x-9.x"; FLASH_ATTN FA2 none), so an A100 with an FP8 cache runs
+  FlashInfer (flashinfer-python is a requirement of vLLM's CUDA build, requirements/cuda.txt@009d5248)
+  where it runs FA2 with a 16-bit one.
   FlashInfer's kernels load the cache's bytes and widen them to 16 bits in registers before the
   products, the query and the products staying 16-bit: in software below SM 9.0 (bit shifts and
   one half2 multiply per two values, `fast_dequant_f8f16x4`; the `cvt` instruction from SM 9.0 only,
@@ -86,7 +97,8 @@ attention kernel's, not the GEMMs'):
   Ampere (`FLASHINFER_HEAD_SIZES`, read where the model is known).
 - SGLang (`--kv-cache-dtype fp8_e4m3` / `fp8_e5m2`): the same GPUs. Its default attention backend
   off Hopper and Blackwell is FlashInfer ("FlashInfer (Default for Non-Hopper Machines, e.g., A100,
-  A40)", docs/advanced_features/attention_backend.md; server_args.py `_get_default_attn_backend`),
+  A40)", docs/advanced_features/attention_backend.md@000984ed; server_args.py
+  `_get_default_attn_backend`),
   whose FP8 cache its support matrix lists (docs.sglang.io advanced_features/attention_backend, MHA
   backends: FlashInfer "FP8 KV Cache" yes, Triton no): the FlashInfer kernels above, with the same
   head sizes on Ampere; FA3 on Hopper, TRT-LLM's on Blackwell; CDNA3 on AMD.
@@ -143,7 +155,7 @@ WEIGHTS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 # ... and each KV-cache format (module docstring)
 KV_CACHE: dict[str, dict[str, tuple[str, ...]]] = {
-    "tensorrt-llm": {"fp8": ADA_ON, "int8": AMPERE_ON, "nvfp4": BLACKWELL},
+    "tensorrt-llm": {"fp8": AMPERE_ON, "int8": AMPERE_ON, "nvfp4": BLACKWELL},
     "vllm": {"fp8": AMPERE_CDNA3},  # FlashInfer's FP8 cache on Ampere (module docstring)
     "sglang": {"fp8": AMPERE_CDNA3},
     "llama.cpp": {"q8_0": ANY, "q4_0": ANY},
