@@ -112,3 +112,25 @@ def test_context_parallel_prompts_on_volta_take_no_pytorch_ring():
     PyTorch ring bookkeeping (training's) is not added (`cp_comm` all_gather)."""
     scn = serving_scenario(_scn(tp=2), _wl("vllm"))
     assert scn.plan.cp_comm == "all_gather"
+
+
+def test_in_flight_batching_prices_the_engines_attention_kernel_too(cli, monkeypatch):
+    """The in-flight simulator's per-step costs (`engines.iteration.stage_costs`) read the plan's
+    attention kernel as the static path does: vLLM's Triton fallback on a V100 makes its prompts
+    slower than the fused price (#37 item 5: it was priced fused under in-flight batching)."""
+    import json
+
+    from shardwise.engines import engine_attention
+
+    argv = ["serve", "--model", "llama2-13b", "--system", "dgx-1-v100", "--plan", "tp=2", "--framework", "vllm"]
+    argv += ["--input-len", "4096", "--output-len", "128", "--concurrency", "8", "--json"]
+
+    def priced() -> dict:
+        code, out, err = cli(argv)
+        assert code == 0, err
+        return json.loads(out)["plans"][0]
+
+    now = priced()
+    monkeypatch.setitem(engine_attention.NO_FLASH, "vllm", {})  # the fused price
+    fused = priced()
+    assert now["batching"] == "inflight" and now["ttft_s"] > 1.03 * fused["ttft_s"]
