@@ -108,6 +108,11 @@ def test_weight_formats_by_architecture_are_refused(cli, argv, allowed):
         ["--system", "dgx-a100", "--kv-precision", "int8"],  # TensorRT-LLM's INT8 KV cache
         ["--system", "dgx-b200", "--kv-precision", "nvfp4"],
         ["--system", "dgx-h100", "--framework", "vllm", "--kv-precision", "fp8"],
+        # FlashInfer's FP8 cache on Ampere: vLLM picks it where FA2 reads no FP8 (issue #37 item 5), SGLang by default
+        ["--system", "dgx-a100", "--framework", "vllm", "--kv-precision", "fp8"],
+        ["--system", "dgx-a100", "--framework", "sglang", "--kv-precision", "fp8"],
+        # TensorRT-LLM 1.x's hardware support matrix: FP8 KV cache on Ampere too (features/quantization.md)
+        ["--system", "dgx-a100", "--kv-precision", "fp8"],
         ["--framework", "llama.cpp", "--weight-precision", "q4_k", "--kv-precision", "q8_0"],
     ],
 )
@@ -121,9 +126,7 @@ def test_formats_the_engine_runs_there_are_priced(cli, argv):
 @pytest.mark.parametrize(
     ("argv", "allowed"),
     [
-        (["--system", "dgx-a100", "--framework", "vllm"], "bf16, fp16"),  # FA2 reads no FP8; Triton from SM 8.9
-        (["--system", "dgx-a100", "--framework", "sglang"], "bf16, fp16"),
-        (["--system", "dgx-a100"], "bf16, fp16, int8"),  # TensorRT-LLM: no FP8 on Ampere
+        (["--gpu", "v100-sxm2-32gb", "--num-gpus", "1", "--intra-link", "pcie3", "--framework", "vllm"], "fp16"),
         ([*MI250X, "--framework", "vllm"], "bf16, fp16"),
         (["--system", "dgx-h100", "--framework", "fastertransformer"], "bf16, fp16"),
         (["--system", "dgx-h100", "--framework", "llama.cpp"], "bf16, fp16, q8_0, q4_0"),
@@ -133,6 +136,33 @@ def test_a_kv_cache_format_the_engine_cannot_keep_is_refused(cli, argv, allowed)
     code, out, err = cli(_serve([*argv, "--kv-precision", "fp8"]))
     assert code == 2 and out == "" and err.count("\n") == 1, err
     assert "--kv-precision fp8:" in err and "KV cache" in err and err.rstrip().endswith(f"choose {allowed}"), err
+
+
+@pytest.mark.parametrize(
+    ("model", "plan", "kind"),
+    [("gpt-neox-20b", "tp=1", "head size 96"), ("deepseek-v2-lite", "tp=1", "latent attention (MLA)")],
+)
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_an_fp8_cache_on_ampere_needs_flashinfers_head_sizes(cli, engine, model, plan, kind):
+    """On Ampere only FlashInfer reads an FP8 cache (head sizes 64, 128, 256, no MLA); Triton's kernels,
+    the fallback, convert e4m3 from SM 8.9: refused in one line naming the model's attention."""
+    argv = ["serve", "--model", model, "--plan", plan, "--framework", engine, "--kv-precision", "fp8"]
+    code, out, err = cli([*argv, "--system", "dgx-a100"])
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert "--kv-precision fp8:" in err and kind in err and err.rstrip().endswith("choose bf16, fp16"), err
+    code, _, err = cli([*argv, "--system", "dgx-h100"])  # Hopper's FA3 reads it
+    assert code == 0, err
+
+
+def test_the_fp8_cache_rule_reads_the_model_where_given():
+    a100, h100 = presets.gpu("a100-sxm4-80gb"), presets.gpu("h100-sxm5-80gb")
+    llama, neox = presets.model("llama3-8b"), presets.model("gpt-neox-20b")
+    assert kv_formats_on("vllm", a100) == kv_formats_on("vllm", a100, llama) == ["bf16", "fp16", "fp8"]
+    assert kv_formats_on("vllm", a100, neox) == ["bf16", "fp16"]
+    assert kv_formats_on("vllm", h100, neox) == ["bf16", "fp16", "fp8"]
+    assert kv_formats_on("tensorrt-llm", a100, neox) == ["bf16", "fp16", "fp8", "int8"]  # its own kernels
+    with pytest.raises(SpecError, match=r"^--kv-precision fp8: sglang .* gpt-neox-20b .*head size 96"):
+        check_kv_format("sglang", a100, "fp8", "--kv-precision", neox)
 
 
 def test_int4_and_fp4_kv_caches_only_where_an_engine_keeps_them():
@@ -145,11 +175,16 @@ def test_int4_and_fp4_kv_caches_only_where_an_engine_keeps_them():
 
 
 def test_the_fit_hint_suggests_an_fp8_cache_only_where_the_engine_keeps_one(cli):
-    """int4 weights (the narrowest both engines run there), a batch whose 16-bit cache does not fit."""
-    model = ["--model", "llama3-70b", "--plan", "tp=2", "--weight-precision", "int4"]
-    load = ["--input-len", "8192", "--output-len", "1024", "--concurrency", "160", "--batching", "static"]
-    for argv, fp8 in ((["--system", "dgx-a100", "--framework", "vllm"], False), (["--system", "dgx-h100"], True)):
-        code, out, err = cli(["serve", *model, *load, *argv])
+    """int4 weights (the narrowest both engines run there), a batch whose 16-bit cache does not fit:
+    vLLM keeps an FP8 cache on an A100 through FlashInfer for Llama's head size 128, not GPT-NeoX's 96."""
+    load = ["--input-len", "8192", "--output-len", "1024", "--batching", "static", "--weight-precision", "int4"]
+    for model, argv, fp8 in (
+        ("llama3-70b", ["--system", "dgx-a100", "--framework", "vllm", "--concurrency", "160"], True),
+        ("llama3-70b", ["--system", "dgx-h100", "--concurrency", "160"], True),
+        ("gpt-neox-20b", ["--system", "dgx-a100", "--framework", "vllm", "--concurrency", "80"], False),
+        ("gpt-neox-20b", ["--system", "dgx-h100", "--framework", "vllm", "--concurrency", "80"], True),
+    ):
+        code, out, err = cli(["serve", "--model", model, "--plan", "tp=2", *load, *argv])
         assert code == 0 and "does not fit" in out, err
         assert ("--kv-precision fp8" in " ".join(out.split())) is fp8, out
 

@@ -2,7 +2,8 @@
 (`engines.engine_attention`): vLLM's and SGLang's Triton kernels and plain PyTorch's SDPA
 memory-efficient kernel at the memory-efficient kernel's speed, FasterTransformer's unfused context
 attention (its decodes fused), llama.cpp's own kernels as before; training already did
-(`requests.attention`)."""
+(`requests.attention`). FasterTransformer's GPT context attention is unfused on every GPU, as its
+default builds run it (FMHA_ENABLE unset; issue #37 item 5)."""
 
 from __future__ import annotations
 
@@ -40,10 +41,11 @@ def test_each_engine_runs_its_own_attention_on_a_v100(engine, kernel, flash):
     assert (plan.attention_kernel, bool(plan.flash_attention)) == (kernel, flash)
     a100 = Scenario(presets.model("llama2-13b"), presets.system("dgx-a100"), plan_for_serving(1, 1, 8))
     plan = serving_scenario(a100, ServingWorkload(4096, 128, 8, engine=engine)).plan
-    assert (plan.attention_kernel, bool(plan.flash_attention)) == ("fused", True)  # unchanged where FA2 runs
+    fused = engine != "fastertransformer"  # unchanged where FA2 runs, but FasterTransformer's (unfused everywhere)
+    assert (plan.attention_kernel, bool(plan.flash_attention)) == ("fused", fused)
 
 
-@pytest.mark.parametrize("engine", ["vllm", "pytorch", "fastertransformer"])
+@pytest.mark.parametrize("engine", ["vllm", "pytorch"])
 def test_the_fallbacks_cost_prompts_not_decodes(engine):
     """A long prompt's attention is compute: the fallback kernels take longer than the fused ones; a
     decode step reads the KV cache whichever kernel runs it (FasterTransformer's decoder kernel is
@@ -51,6 +53,32 @@ def test_the_fallbacks_cost_prompts_not_decodes(engine):
     now, fused = (estimate_serving(_scn(flag), _wl(engine)) for flag in (False, True))
     assert float(now.ttft_s) > 1.03 * float(fused.ttft_s)
     assert float(now.tpot_s) == pytest.approx(float(fused.tpot_s), rel=0.01)
+
+
+def test_fastertransformer_prompts_are_unfused_on_every_gpu_its_decodes_fused(monkeypatch):
+    """FasterTransformer 5.x's GPT context attention takes the fused kernels only with FMHA_ENABLE=ON
+    (BaseAttentionLayer.h, from NVIDIA/FasterTransformer@7921074; none before 5.2): on an A100 its
+    prompts cost what the unfused kernels cost, its one-token decodes what the fused decoder kernel
+    costs (`engines.costs.layer_cost`), on a V100 the same whether the GPU runs fused kernels or not."""
+    from shardwise.engines import engine_attention
+
+    a100 = Scenario(presets.model("llama2-13b"), presets.system("dgx-a100"), plan_for_serving(1, 1, 8))
+    now = estimate_serving(a100, _wl("fastertransformer"))
+    monkeypatch.setattr(engine_attention, "UNFUSED_EVERYWHERE", frozenset())  # as priced before: fused on A100
+    fused = estimate_serving(a100, _wl("fastertransformer"))
+    assert float(now.ttft_s) > 1.03 * float(fused.ttft_s)
+    assert float(now.tpot_s) == pytest.approx(float(fused.tpot_s), rel=0.01)
+    monkeypatch.undo()
+    v100, flagged = (estimate_serving(_scn(flag), _wl("fastertransformer")) for flag in (False, True))
+    assert float(v100.ttft_s) == pytest.approx(float(flagged.ttft_s))
+
+
+def test_serve_says_fastertransformer_prompts_are_unfused(cli):
+    argv = ["serve", "--model", "llama3-8b", "--system", "dgx-a100", "--plan", "tp=1", "--framework"]
+    code, _, err = cli([*argv, "fastertransformer"])
+    assert code == 0 and "context attention is unfused" in err and "FMHA_ENABLE=ON" in err, err
+    code, _, err = cli([*argv, "vllm"])
+    assert code == 0 and "unfused" not in err, err
 
 
 def test_unfused_prompts_cost_more_than_the_memory_efficient_kernel():
@@ -84,3 +112,25 @@ def test_context_parallel_prompts_on_volta_take_no_pytorch_ring():
     PyTorch ring bookkeeping (training's) is not added (`cp_comm` all_gather)."""
     scn = serving_scenario(_scn(tp=2), _wl("vllm"))
     assert scn.plan.cp_comm == "all_gather"
+
+
+def test_in_flight_batching_prices_the_engines_attention_kernel_too(cli, monkeypatch):
+    """The in-flight simulator's per-step costs (`engines.iteration.stage_costs`) read the plan's
+    attention kernel as the static path does: vLLM's Triton fallback on a V100 makes its prompts
+    slower than the fused price (#37 item 5: it was priced fused under in-flight batching)."""
+    import json
+
+    from shardwise.engines import engine_attention
+
+    argv = ["serve", "--model", "llama2-13b", "--system", "dgx-1-v100", "--plan", "tp=2", "--framework", "vllm"]
+    argv += ["--input-len", "4096", "--output-len", "128", "--concurrency", "8", "--json"]
+
+    def priced() -> dict:
+        code, out, err = cli(argv)
+        assert code == 0, err
+        return json.loads(out)["plans"][0]
+
+    now = priced()
+    monkeypatch.setitem(engine_attention.NO_FLASH, "vllm", {})  # the fused price
+    fused = priced()
+    assert now["batching"] == "inflight" and now["ttft_s"] > 1.03 * fused["ttft_s"]

@@ -33,7 +33,11 @@ Weights:
   matrix: FP4 weights and activations, "Blackwell and later"; TensorRT-LLM has no weight-only NVFP4
   path); MXFP4 (gpt-oss's experts) on Hopper and Blackwell, the GPUs its GPT-OSS deployment guides
   name (its MXFP4 MoE kernels: W4A16 on Hopper, W4A8 with FP8 or W4A4 on Blackwell; none for Ada).
-  No GGUF block formats.
+  No GGUF block formats. Doubtful, kept (#37 item 5): the 1.x quantization page's hardware matrix
+  (docs/source/features/quantization.md@09d4c79b, the PyTorch backend's recipes) marks W4A16
+  AWQ/GPTQ on Hopper, Ada and Ampere but not Blackwell, MXFP4 on Blackwell alone, and lists no INT8
+  weight recipe; its GPT-OSS guides run MXFP4 on Hopper, and the INT8/INT4 weight-only GEMMs of its
+  TensorRT backend were not checked on Blackwell.
 - vLLM (0.34) and SGLang on NVIDIA: FP8 weights with FP8 GEMMs on Ada and later, and weight-only FP8
   (W8A16, the Marlin kernel) on Ampere: vLLM `Fp8Config.get_min_capability` 80 and `use_marlin`
   where the GPU lacks FP8 (vllm/model_executor/layers/quantization/fp8.py; its docs' quantization
@@ -58,16 +62,46 @@ Weights:
 
 KV cache (`--kv-precision`; the KV cache is read every decode step, so its format is the engine's
 attention kernel's, not the GEMMs'):
-- TensorRT-LLM: FP8 on Ada and later (FP8 is absent from Ampere's precision row, 0.18.2 support
-  matrix), INT8 on Ampere and later (its INT8 KV cache, kv_cache_quant_algo INT8), NVFP4 on
-  Blackwell (kv_cache_quant_algo NVFP4, Blackwell's FP4 attention kernels).
-- vLLM 0.34 (`--kv-cache-dtype fp8`): on NVIDIA from Ada: FlashAttention-2 (Ampere's backend) reads
-  no FP8 cache (FA3, Hopper, does), and the Triton attention kernel cannot convert FP8 below SM 8.9
-  ("fp8e4nv data type is not supported on CUDA arch < 89", triton/language/semantic.py; vLLM's own
-  kernel tests skip FP8 caches below capability 89 as a "Triton limitation"); on AMD on CDNA3
-  (e4m3fnuz, its ROCm attention backends). FlashInfer's FP8 decode on Ampere is not counted here.
-- SGLang (`--kv-cache-dtype fp8_e4m3` / `fp8_e5m2`): the same GPUs (its Triton and FlashInfer
-  backends, CDNA3 on AMD).
+- TensorRT-LLM: FP8 on Ampere and later: its 1.x quantization page's "Hardware Support Matrix"
+  marks "FP8 KV Cache" on Blackwell, Hopper, Ada and Ampere alike, where its FP8 GEMMs start at Ada
+  (docs/source/features/quantization.md@09d4c79b; the 0.18.2 support matrix's Ampere precision row,
+  which lacked FP8, is about the GEMMs); on Ampere its attention kernels widen the FP8 cache to 16
+  bits in software (no FP8 conversion instruction before SM 8.9), priced as vLLM's below (#37 item
+  5: it was refused on Ampere). INT8 on Ampere and later (its INT8 KV cache, kv_cache_quant_algo
+  INT8), NVFP4 on Blackwell (kv_cache_quant_algo NVFP4, Blackwell's FP4 attention kernels).
+- vLLM 0.34 (`--kv-cache-dtype fp8`): on NVIDIA from Ampere, on AMD on CDNA3 (e4m3fnuz, its ROCm
+  attention backends). Its CUDA platform takes the first backend in FLASH_ATTN, FLASHINFER,
+  TRITON_ATTN, FLEX_ATTENTION (Blackwell: FLASHINFER first) whose `validate_configuration` accepts
+  the cache's dtype (vllm/platforms/cuda.py@002db495 `_get_backend_priorities`,
+  `get_valid_backends`):
+  FlashAttention reads an FP8 cache only as FA3, Hopper (`supports_kv_cache_dtype`:
+  `flash_attn_supports_fp8()`), and FlashInfer reads fp8, fp8_e4m3 and fp8_e5m2 caches from SM 7.5
+  (vllm/v1/attention/backends/flashinfer.py `supported_kv_cache_dtypes`, `supports_compute_capability`
+  7.5-12.1; vLLM's table generated from them, docs/design/attention_backends.md@00139433 and
+  docs.vllm.ai/en/v0.32.0/design/attention_backends: FLASHINFER "Native", KV dtypes
+  fp8/fp8_e4m3/fp8_e5m2, "7.x-9.x"; FLASH_ATTN FA2 none), so an A100 with an FP8 cache runs
+  FlashInfer (flashinfer-python is a requirement of vLLM's CUDA build, requirements/cuda.txt@009d5248)
+  where it runs FA2 with a 16-bit one.
+  FlashInfer's kernels load the cache's bytes and widen them to 16 bits in registers before the
+  products, the query and the products staying 16-bit: in software below SM 9.0 (bit shifts and
+  one half2 multiply per two values, `fast_dequant_f8f16x4`; the `cvt` instruction from SM 9.0 only,
+  include/flashinfer/vec_dtypes.cuh@034fc189). So it is priced as on every GPU: one byte per cached
+  element read (`physics.flops` `kv_bytes`), the attention's arithmetic at 16-bit speed; those ALU
+  instructions are not priced (no public A100 figure of FlashInfer's FP8 against its 16-bit decode
+  was found): a decode step's attention on Ampere may save less than half its cache reads' time.
+  FlashInfer takes head sizes 64, 128 and 256 and ordinary attention (`get_supported_head_sizes`;
+  its MLA backend runs from SM 10.0): another head size, or a latent-attention (MLA) model, gets
+  TRITON_ATTN or TRITON_MLA, whose e4m3 conversion Triton refuses below SM 8.9 ("fp8e4nv data type
+  is not supported on CUDA arch < 89", triton/language/semantic.py; vLLM's own kernel tests skip FP8
+  caches below capability 89 as a "Triton limitation"), so there the FP8 cache stays refused on
+  Ampere (`FLASHINFER_HEAD_SIZES`, read where the model is known).
+- SGLang (`--kv-cache-dtype fp8_e4m3` / `fp8_e5m2`): the same GPUs. Its default attention backend
+  off Hopper and Blackwell is FlashInfer ("FlashInfer (Default for Non-Hopper Machines, e.g., A100,
+  A40)", docs/advanced_features/attention_backend.md@000984ed; server_args.py
+  `_get_default_attn_backend`),
+  whose FP8 cache its support matrix lists (docs.sglang.io advanced_features/attention_backend, MHA
+  backends: FlashInfer "FP8 KV Cache" yes, Triton no): the FlashInfer kernels above, with the same
+  head sizes on Ampere; FA3 on Hopper, TRT-LLM's on Blackwell; CDNA3 on AMD.
 - llama.cpp (`--cache-type-k/-v`): q8_0 and q4_0 among its cache types (f32, f16, bf16, q8_0, q4_0,
   q4_1, iq4_nl, q5_0, q5_1: common/arg.cpp `kv_cache_types`), any GPU; not q4_k, FP8, INT4 or FP4.
 - FasterTransformer 5.x, plain PyTorch: 16 bits.
@@ -121,13 +155,16 @@ WEIGHTS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 # ... and each KV-cache format (module docstring)
 KV_CACHE: dict[str, dict[str, tuple[str, ...]]] = {
-    "tensorrt-llm": {"fp8": ADA_ON, "int8": AMPERE_ON, "nvfp4": BLACKWELL},
-    "vllm": {"fp8": ADA_ON + CDNA3},
-    "sglang": {"fp8": ADA_ON + CDNA3},
+    "tensorrt-llm": {"fp8": AMPERE_ON, "int8": AMPERE_ON, "nvfp4": BLACKWELL},
+    "vllm": {"fp8": AMPERE_CDNA3},  # FlashInfer's FP8 cache on Ampere (module docstring)
+    "sglang": {"fp8": AMPERE_CDNA3},
     "llama.cpp": {"q8_0": ANY, "q4_0": ANY},
     "fastertransformer": {},
     "pytorch": {},
 }  # fmt: skip
+# FlashInfer's head sizes: the only FP8-cache kernels vLLM and SGLang run on Ampere (module docstring)
+FLASHINFER_HEAD_SIZES = (64, 128, 256)
+FLASHINFER_FP8_KV_ONLY = {"vllm": ("ampere",), "sglang": ("ampere",)}
 assert set(RUNS_ON) == set(WEIGHTS) == set(KV_CACHE) == set(ENGINES)
 assert all(set(WEIGHTS[e]) == set(ENGINES[e].weight_formats) - {"bf16", "fp16"} for e in ENGINES)
 
@@ -170,10 +207,18 @@ def weight_formats_on(engine: str, gpu: Any) -> list[str]:
     return _half(gpu) + [f for f, archs in WEIGHTS[engine].items() if arch in archs]
 
 
-def kv_formats_on(engine: str, gpu: Any) -> list[str]:
-    """The KV-cache formats `engine` keeps on `gpu`, 16 bits first."""
+def kv_formats_on(engine: str, gpu: Any, model: Any = None) -> list[str]:
+    """The KV-cache formats `engine` keeps on `gpu`, 16 bits first; with `model`, without an FP8 cache
+    where only FlashInfer would read it and `model` is not one FlashInfer runs (module docstring)."""
     arch = architecture(gpu)
-    return _half(gpu) + [f for f, archs in KV_CACHE[engine].items() if arch in archs]
+    kept = _half(gpu) + [f for f, archs in KV_CACHE[engine].items() if arch in archs]
+    if model is not None and arch in FLASHINFER_FP8_KV_ONLY.get(engine, ()) and not _flashinfer_runs(model):
+        kept = [f for f in kept if f != "fp8"]
+    return kept
+
+
+def _flashinfer_runs(model: Any) -> bool:
+    return not getattr(model, "kv_lora_rank", 0) and int(model.head_dim) in FLASHINFER_HEAD_SIZES
 
 
 def _refuse(what: str, rules: dict[str, tuple[str, ...]], engine: str, gpu: Any, precision: str, field: str) -> str:
@@ -195,9 +240,19 @@ def check_weight_format(engine: str, gpu: Any, precision: str, field: str) -> No
     raise SpecError(f"{text}; choose {', '.join(weight_formats_on(engine, gpu))}")
 
 
-def check_kv_format(engine: str, gpu: Any, precision: str, field: str) -> None:
-    """The same for the KV cache's format (module docstring)."""
-    if precision in ("bf16", "fp16") or precision in kv_formats_on(engine, gpu):
+def check_kv_format(engine: str, gpu: Any, precision: str, field: str, model: Any = None) -> None:
+    """The same for the KV cache's format (module docstring); `model`, where known, for the head sizes
+    FlashInfer's FP8 cache takes on Ampere."""
+    if precision in ("bf16", "fp16") or precision in kv_formats_on(engine, gpu, model):
         return
+    choose = ", ".join(kv_formats_on(engine, gpu, model))
+    if precision in kv_formats_on(engine, gpu):  # the GPU keeps it, this model's attention does not
+        kind = "latent attention (MLA)" if getattr(model, "kv_lora_rank", 0) else f"head size {model.head_dim}"
+        sizes = ", ".join(map(str, FLASHINFER_HEAD_SIZES))
+        raise SpecError(
+            f"{field} {precision}: {engine} cannot keep its KV cache in {precision} for {model.name} on {gpu.name} "
+            f"({ARCH_NAMES[architecture(gpu)]}: only FlashInfer reads an FP8 cache there, for head sizes {sizes}; "
+            f"{kind} gets Triton's kernels, whose e4m3 needs SM 8.9); choose {choose}"
+        )
     text = _refuse(f"keep its KV cache in {precision}", KV_CACHE[engine], engine, gpu, precision, field)
-    raise SpecError(f"{text}; choose {', '.join(kv_formats_on(engine, gpu))}")
+    raise SpecError(f"{text}; choose {choose}")

@@ -106,11 +106,16 @@ def stage_costs(
 
     def times(batch: Number, q_len: Number, kv_len: Number, ffn: Number | None = None) -> LayerTimes:
         own = engine_own(ffn, np.asarray(batch) * np.asarray(q_len))
+        decode = bool(np.all(np.asarray(q_len) == 1))  # one-token steps: every engine's decode kernel is fused
         return layer_times(
             layer_forward(model, batch, plan.tp, False, e, q_len, kv_len, w, kvb, ffn=ffn, **own),
             gpu,
             plan.precision,
-            True,
+            True if decode else plan.flash_attention,
+            # the engine's attention kernel on this GPU (`engines.engine_attention`: vLLM's Triton kernel
+            # on a V100 at the memory-efficient kernel's speed), as the static path prices it
+            attention_kernel=plan.attention_kernel,
+            cp_comm=plan.cp_comm,
             backward=False,  # inference: the forward GEMMs alone
             training=False,  # the engine's own kernels (`physics.casts.norm_writes_fp8`)
         )

@@ -247,7 +247,7 @@ class ServeRequest:
         from shardwise.engines.engine_formats import check_kv_format, check_weight_format
 
         check_weight_format(self.framework, cluster.gpu, workload.weight_precision, "--weight-precision")
-        check_kv_format(self.framework, cluster.gpu, workload.kv_precision, "--kv-precision")
+        check_kv_format(self.framework, cluster.gpu, workload.kv_precision, "--kv-precision", model)
         if (attention := serving_attention_note(self.framework, cluster.gpu)) is not None:
             notes.append(attention)
         mix = request_mix(self.lengths)

@@ -40,7 +40,7 @@ def fit_hint(s: Any, est: Any) -> str:
         tries.append((f"--weight-precision {w}", f"tp={tp},pp={pp}", replace(wl, weight_precision=w)))
     from shardwise.engines.engine_formats import kv_formats_on
 
-    if wl.kv_precision in ("bf16", "fp16") and "fp8" in kv_formats_on(wl.engine, s.cluster.gpu):
+    if wl.kv_precision in ("bf16", "fp16") and "fp8" in kv_formats_on(wl.engine, s.cluster.gpu, s.model):
         tries.append(("--kv-precision fp8", f"tp={tp},pp={pp}", replace(wl, kv_precision="fp8")))
     tries += [
         (f"tp={tp * 2},pp={pp}", f"tp={tp * 2},pp={pp}", wl),
