@@ -174,6 +174,9 @@ def memory_breakdown(
             plan.recompute,
             plan.recompute_modules,
             fp8_input_bytes(plan),
+            policy,
+            plan.ep,
+            mem.moe_score_copy_bytes(plan.memory_stack_key, model.architecture),
         )
         # An MoE layer norms the router's input apart (Megatron-Core's TE spec: pre_mlp_layernorm a
         # TENorm when there are experts, gpt_layer_specs.py): selective "layernorm" recomputation

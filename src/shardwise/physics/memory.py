@@ -35,6 +35,7 @@ from shardwise.physics.memory_activations import (
     layers_in_flight,
     mlp_checkpointed_bytes,
     moe_checkpointed_shared_bytes,
+    moe_score_copy_bytes,
     op_sac_layer_bytes,
     routed_expert_activation_bytes,
 )
@@ -248,6 +249,7 @@ __all__ = [
     "mlp_checkpointed_bytes",
     "model_state_bytes",
     "moe_checkpointed_shared_bytes",
+    "moe_score_copy_bytes",
     "op_sac_layer_bytes",
     "optimizer_bytes_per_param",
     "routed_expert_activation_bytes",
