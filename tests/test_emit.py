@@ -593,6 +593,9 @@ def test_torchtitan_writes_compile_out_as_priced_whatever_the_config_defaults():
     an eager plan turns both off, a fused one compiles the model, async TP only with TP overlap."""
     eager = _args(emit(_scn(tp=8, pp=8, dp=2, global_batch=256, zero_stage=3, eager_kernels=True), "torchtitan"))
     assert eager["--compile.no-enable"] == ["--compile.no-enable_async_tensor_parallel"]
+    # the loss compiled alone, the model eager (--loss-kernel compiled; deepseek_v3_16b's config of 2025-10)
+    loss_only = _scn(tp=8, pp=8, dp=2, global_batch=256, zero_stage=3, eager_kernels=True, loss_kernel="compiled")
+    assert _args(emit(loss_only, "torchtitan"))["--compile.enable"] == ["--compile.components", "loss"]
     fused = _args(emit(_scn(tp=8, pp=8, dp=2, global_batch=256, zero_stage=3), "torchtitan"))
     assert fused["--compile.enable"] == ["--compile.components", "model,loss"]
     assert "--compile.no-enable_async_tensor_parallel" in fused

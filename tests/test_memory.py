@@ -1,5 +1,7 @@
 """Activation and model-state memory against Korthikanti et al. 2022 Table 2 and ZeRO."""
 
+import math
+
 import pytest
 
 from shardwise.physics.memory import layer_activation_bytes, layers_in_flight, model_state_bytes
@@ -282,13 +284,14 @@ def test_memory_validation_against_the_public_evidence():
     from shardwise.analyses.memory_validation import raw_rows, validate_memory
 
     summary = validate_memory()
-    assert len(summary.rows) == len(raw_rows()) == 79
-    assert len(summary.predicted) == 56 and all(r.skip for r in summary.rows if r not in summary.predicted)
+    assert len(summary.rows) == len(raw_rows()) == 91
+    assert len(summary.predicted) == 68 and all(r.skip for r in summary.rows if r not in summary.predicted)
     # the capacity is CUDA's (79.11 GiB on an H100): Megatron-Bridge's two Llama 3 70B FP8 runs that
     # ran out of memory (recomputing core_attn only) are estimated 0.3% under it with 16-bit saved
     # linear inputs and 5% under it with Transformer Engine's 1-byte FP8 ones, so called fits
     missed = [r for r in summary.oom if r.fits]
-    assert summary.oom_recall == pytest.approx(9 / 11) and {r.source for r in missed} == {"NVIDIA-NeMo/Megatron-Bridge"}
+    assert summary.oom_recall == pytest.approx(14 / 16)
+    assert {r.source for r in missed} == {"NVIDIA-NeMo/Megatron-Bridge"}
     assert all(0.94 < r.total_bytes / r.capacity_bytes <= 1.0 for r in missed)
     assert summary.false_oom_rate <= 1 / len(summary.fit)
     # accuracy over both outcomes: at most the two borderline OOMs and one false OOM wrong
@@ -305,6 +308,12 @@ def test_memory_validation_against_the_public_evidence():
     # stage's gathered weights and unsharded fp32 gradients decide the six that ran out of memory
     automodel = [r for r in summary.predicted if r.framework == "nemo-automodel"]
     assert len(automodel) == 7 and all(r.fits == (r.outcome == "fits") for r in automodel)
+    # torchtitan's DeepSeek-V3 16B (issue #1789, PR #1993's notes on B200): right only with its op-level
+    # checkpointing keeping the all-to-all outputs alone, the loss compiled alone, and the fp32 score multiply
+    moe = [r for r in summary.predicted if r.source == "pytorch/torchtitan" and r.row >= 80]
+    assert len(moe) == 11 and all(r.fits == (r.outcome == "fits") for r in moe)
+    (peak,) = [r for r in moe if not math.isnan(r.measured_bytes)]
+    assert -0.05 < peak.error < 0.0  # 71.2 GiB estimated against 73.32 GiB reserved
 
 
 def test_validate_memory_prints_the_table(cli):
@@ -312,8 +321,8 @@ def test_validate_memory_prints_the_table(cli):
     assert code == 0
     assert out.startswith("| source | stack | runs |")
     assert "| linkedin/Liger-Kernel | fsdp | 1 | 1 of 1 |" in out
-    assert "recall 82%" in out and "left out (an encoder" in out
-    assert "right for 54 of 56 (accuracy 96%)" in out
+    assert "recall 88%" in out and "left out (an encoder" in out
+    assert "right for 66 of 68 (accuracy 97%)" in out
     assert "Published training runs (data/public_training_runs.csv, all of which ran)" in out
     code, out, err = cli(["validate", "memory", "public"])
     assert code == 2 and "give it alone" in err

@@ -15,8 +15,9 @@ not state. The source's peak is compared with the estimate's matching part:
 - `device` (nvidia-smi or not stated): everything, with the CUDA context and NCCL's buffers.
 
 A row may state in its `other_config` what the framework's preset would otherwise decide, as
-name=value: `vpp`, `sequence_parallel`, `flash_attention`, `optimizer_state`, and `stage` (first | last: the pipeline
-stage whose peak the source logs, Megatron-LM the last rank's; the fullest stage otherwise).
+name=value: `ep` (expert parallelism, folded into the data-parallel ranks), `vpp`, `sequence_parallel`,
+`flash_attention`, `optimizer_state`, `loss_kernel`, and `stage` (first | last: the pipeline stage
+whose peak the source logs, Megatron-LM the last rank's; the fullest stage otherwise).
 
 Metrics: of the runs that ran out of memory, how many the model calls out of memory (recall);
 of those that fit, how many it calls out of memory (false-OOM rate); and the signed error of the
@@ -45,8 +46,8 @@ from shardwise.units import GIB
 
 CITATION = (
     "published fits / out-of-memory runs and peaks (InternEvo, Megatron-DeepSpeed, Megatron-LM functional "
-    "tests and issues, torchtitan + torchao, PyTorch FSDP, Liger-Kernel, torchtune, Colossal-AI, DeepSpeed ALST, "
-    "NeMo Automodel CI; "
+    "tests and issues, torchtitan + torchao, torchtitan's DeepSeek-V3 16B issue and notes, PyTorch FSDP, Liger-Kernel, "
+    "torchtune, Colossal-AI, DeepSpeed ALST, NeMo Automodel CI, OpenRLHF; "
     "data/public_memory_evidence.csv)"
 )
 
@@ -77,6 +78,15 @@ MODELS: dict[str, tuple[str, dict[str, int | str]]] = {
     "Llama-2-7B": ("llama2-7b", {}),
     "Llama-3-70B": ("llama3-70b", {}),
     "Llama-3.3-70B-Instruct": ("llama3-70b", {}),  # Llama 3.1 70B's shape
+    "Meta-Llama-3-8B": ("llama3-8b", {}),
+    # torchtitan's DeepSeek-V3 "16B" flavor (torchtitan/models/deepseek_v3/__init__.py at 82a9530f6: 27
+    # layers, 1 dense, dim 2048, 16 heads, MLA kv_lora_rank 512 without a query latent, 64 routed experts
+    # top-6 of width 1408, 2 shared, dense inter_dim 10944, vocab 102400): Moonlight-16B's shape
+    # (DeepSeek-V2-Lite's) with that vocabulary and dense width
+    "DeepSeek-V3 16B (torchtitan flavor: L27 h2048, 64 experts top-6 + 2 shared, MLA, vocab 102400)": (
+        "moonlight-16b",
+        {"vocab": 102400, "ffn_hidden": 10944},
+    ),
     # Megatron-LM's GPT 7B functional test: GeLU 4h MLP, learned positions, LayerNorm, biases, dropout
     # 0.1 (gpt family), untied; vocab 131073 padded to 128 x tp
     "GPT 7B functional test (L32 h4096 a32 g8, GeLU 4h, vocab 131200)": ("gpt-7b-test", _GPT7B | {"vocab": 131200}),
@@ -110,6 +120,7 @@ FRAMEWORKS = (
     ("Megatron-LM (2023", "megatron-lm-2022"),
     ("Megatron-Bridge", "megatron-core"),
     ("NeMo Automodel", "nemo-automodel"),
+    ("OpenRLHF (DeepSpeed", "deepspeed"),
 )
 # (words in the framework column, what the published peak measures)
 PEAK_KINDS = (
@@ -121,7 +132,8 @@ PEAK_KINDS = (
 # plan fields a row states in its other_config column as name=value (what the framework's preset
 # would otherwise decide)
 OVERRIDES = re.compile(
-    r"\b(vpp|sequence_parallel|flash_attention|stage|recompute_modules|optimizer_state|expandable_segments)=([\w,-]+)"
+    r"\b(ep|vpp|sequence_parallel|flash_attention|stage|recompute_modules|optimizer_state|expandable_segments|loss_kernel)"
+    r"=([\w,-]+)"
 )
 # what the model does not express, by words in the row (checked in this order)
 NOT_MODELLED = (
@@ -315,10 +327,12 @@ def scenario(row: dict[str, str]) -> tuple[Scenario, str]:
         precision=_precision(row["precision"]),
         framework=framework,
         sequence_parallel=sp,
+        ep=int(stated.get("ep", 1)),
         vpp=int(stated.get("vpp", 1)),
         recompute_modules=stated.get("recompute_modules"),
         flash_attention=flash,
         optimizer_state=stated.get("optimizer_state"),
+        loss_kernel=stated.get("loss_kernel"),
         expandable_segments=expandable,
     )
     peak_of = _first(PEAK_KINDS, row["framework"], "peak of") if row["measured_peak_gib"] else "device"

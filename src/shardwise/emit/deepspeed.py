@@ -71,6 +71,7 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         (float(p.offload_optimizer) > 0, "optimizer offload (--offload-optimizer; DeepSpeed's offload_optimizer)"),
         (i(p.mtp_layers) > 0, "multi-token prediction (--mtp-layers)"),
         (p.loss_kernel == "te", "Transformer Engine's cross-entropy (--loss-kernel te)"),
+        (p.loss_kernel == "compiled", "a loss compiled alone (--loss-kernel compiled, torchtitan's)"),
         # Megatron-DeepSpeed's loss is Megatron's vocab-parallel cross-entropy on fp32 logits
         (p.loss_kernel == "eager-bf16", "an eager cross-entropy on 16-bit logits (--loss-kernel eager-bf16)", NO_LOSS),
         (p.optimizer_state != "fp32", f"an optimizer state of {p.optimizer_state} (--optimizer-state)", FP32_STATE),

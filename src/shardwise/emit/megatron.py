@@ -47,6 +47,11 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
             f"{i(p.recompute_layers)} layers of each chunk whole (full, method block) or selective, not both; "
             "plan with --recompute none or without --recompute-layers"
         )
+    if p.loss_kernel == "compiled":
+        raise EmitError(
+            "--emit megatron: a loss compiled alone (--loss-kernel compiled) is torchtitan's; Megatron-LM's "
+            "vocab-parallel cross-entropy is fused already: plan with --loss-kernel stack or te"
+        )
     if p.loss_kernel == "eager-bf16":
         # pretrain_gpt.py's loss: the vocab-parallel cross-entropy, or TE's / Megatron's fused ones
         raise EmitError(

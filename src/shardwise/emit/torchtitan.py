@@ -312,11 +312,14 @@ def _pipeline(scn: Scenario) -> list[tuple[str, ...]]:
 def _compile(p: object) -> list[tuple[str, ...]]:
     """torch.compile as priced, written out either way (config/configs.py CompileConfig is off by
     default, but llama3_405b's config turns it and async TP on, and deepseek_v3_671b's compiles the
-    loss alone): element-wise work fused (torchtitan-compile, or a fused stack's plan) compiles the
-    model and the loss (`model,loss`, torchtitan's comma-separated list); eager kernels (the
-    torchtitan preset) compile nothing. Async TP (Inductor's micro-pipelined all-gather and
+    loss alone, `--loss-kernel compiled` on the eager preset): element-wise work fused
+    (torchtitan-compile, or a fused stack's plan) compiles the model and the loss (`model,loss`,
+    torchtitan's comma-separated list); eager kernels (the torchtitan preset) compile nothing, or
+    the loss alone under `--loss-kernel compiled` (`loss`). Async TP (Inductor's micro-pipelined all-gather and
     reduce-scatter around the matmuls, distributed/compile.py) is the plan's overlap of every TP
     collective with its GEMM (`tp_comm_overlap`); it needs the model compiled (`adapt`)."""
+    if bool(p.eager_kernels) and p.loss_kernel == "compiled":  # type: ignore[attr-defined]
+        return [("--compile.enable", "--compile.components", "loss"), ("--compile.no-enable_async_tensor_parallel",)]
     if bool(p.eager_kernels):  # type: ignore[attr-defined]
         return [("--compile.no-enable", "--compile.no-enable_async_tensor_parallel")]
     overlap = bool(p.tp_comm_overlap) and i(p.tp) > 1  # type: ignore[attr-defined]

@@ -263,6 +263,9 @@ def routed_expert_activation_bytes(
     recompute: Number,
     recompute_modules: tuple[str, ...] = (),
     fp8_input_bytes: float = 0.0,
+    selective_policy: str = "attention",
+    ep: Number = 1,
+    score_copy_bytes: float = 0.0,
 ) -> Number:
     """What a mixture-of-experts layer's routed experts keep for the backward pass on the busiest
     rank, for `tokens` routed tokens (c = tokens x k x imbalance copies), as Megatron-Core's
@@ -284,7 +287,15 @@ def routed_expert_activation_bytes(
     usage only, go to `save_for_backward` unless `save_original_input`, which Megatron-Core sets on
     linear_fc2 only under `moe_act` recomputation, whose input is then not kept at all: experts.py
     `set_save_original_input`): the received tokens' h etp and the activation's f at that size; the
-    activation's own input (g f) stays 16-bit."""
+    activation's own input (g f) stays 16-bit. Under torchtitan's op-level selective checkpointing
+    (`selective_policy` "op") the routed experts keep only what its save list names: the outputs of
+    the expert-parallel all-to-alls, the dispatched tokens and the returned expert outputs (h each per
+    copy, with ep > 1; torchtitan/models/deepseek_v3/infra/parallelize.py `_op_sac_save_list` at
+    82a9530f6: `_c10d_functional.all_to_all_single`, added by c4e229115 "Save _to_copy and a2a in
+    selective AC policy"); the grouped GEMMs (`aten._grouped_mm`, not in the list), the activation and
+    the router's softmax are recomputed, so nothing at ep 1 (`op_routed_expert_bytes`).
+    `score_copy_bytes`: bytes per hidden element and copy that a stack's score multiply keeps beside
+    the experts' own tensors (`moe_score_copy_bytes`; recomputed under op-level checkpointing)."""
     e, h, f = bytes_per_element, model.hidden, model.expert_ffn_hidden
     c = fp8_input_bytes if fp8_input_bytes else e  # a grouped linear's saved input
     gate = 2 if model.gated_mlp else 1
@@ -292,12 +303,40 @@ def routed_expert_activation_bytes(
     clamp = e * gate * f if model.glu_clamp else 0.0
     act_on = (np.asarray(recompute) == Recompute.SELECTIVE) & ("moe_act" in recompute_modules)
     act = np.where(act_on, 0.0, c * f + clamp)
-    kept = copies * (c * h * etp + e * gate * f + act) + 4.0 * tokens * model.experts  # fp32 probabilities
+    kept = copies * (c * h * etp + e * gate * f + act + score_copy_bytes * h) + 4.0 * tokens * model.experts
     # selective "moe" checkpoints the whole MoE layer on its input (megatron/core/transformer/moe/
     # moe_layer.py: `moe_layer_recompute`, tensor_parallel.checkpoint / te_checkpoint of the router,
     # dispatch, experts and combine): the routed experts keep nothing
     whole = (np.asarray(recompute) == Recompute.SELECTIVE) & ("moe" in recompute_modules)
+    if selective_policy == "op":
+        op = op_routed_expert_bytes(h, copies, ep, e)
+        kept = np.where(np.asarray(recompute) == Recompute.SELECTIVE, op, kept)
     return np.where((np.asarray(recompute) == Recompute.FULL) | whole, 0.0, kept)
+
+
+# torchtitan's MoE (torchtitan/models/moe/moe.py `MoE.forward` at bb308da6b, 2025-11) multiplies each routed
+# copy by its router score in fp32, `(t.to(torch.float32) * top_scores...).to(x.dtype)`: on the gathered
+# input where `score_before_experts` (MoEArgs' default, Llama 4's flavors) or on the experts' output where not
+# (every DeepSeek-V3 and Qwen3 MoE flavor: deepseek_v3/__init__.py, qwen3/__init__.py). Eager, the multiply
+# saves the fp32 cast of its tensor, 4 bytes per hidden element and copy, either way; compiled, Inductor saves
+# the 16-bit tensor and recasts it: the experts' output (2) where the scores come after them, nothing more
+# where they come before (the grouped GEMM keeps that input already). (stack, scores after the experts) -> bytes.
+MOE_SCORE_COPY_BYTES = {("torchtitan", False): 4.0, ("torchtitan", True): 4.0, ("torchtitan-compile", True): 2.0}
+TORCHTITAN_SCORES_AFTER_EXPERTS = ("deepseek_v3", "kimi_k2", "qwen3_moe")
+
+
+def moe_score_copy_bytes(stack: str, architecture: str) -> float:
+    """Bytes per hidden element and routed copy that the stack's score multiply keeps (`MOE_SCORE_COPY_BYTES`;
+    0 for stacks that apply the probabilities inside the experts' activation, Megatron-Core's)."""
+    return MOE_SCORE_COPY_BYTES.get((stack, architecture in TORCHTITAN_SCORES_AFTER_EXPERTS), 0.0)
+
+
+def op_routed_expert_bytes(hidden: Number, copies: Number, ep: Number, bytes_per_element: float) -> Number:
+    """What torchtitan's op-level selective checkpointing keeps of a layer's routed experts for
+    `copies` routed token copies (`routed_expert_activation_bytes`): the two expert-parallel
+    all-to-alls' outputs (dispatched tokens, returned expert outputs), h 16-bit elements each per
+    copy, where ep > 1; at ep 1 there is no all-to-all and nothing is kept."""
+    return np.where(np.asarray(ep) > 1, 2.0 * bytes_per_element * hidden * copies, 0.0)
 
 
 def moe_checkpointed_shared_bytes(

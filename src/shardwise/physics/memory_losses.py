@@ -5,7 +5,8 @@ logit each keeps at the loss's peak and saved for the backward pass; split out o
 A named kernel is the one the run's loss uses, so its bytes replace the stack's own whatever that
 keeps: "te" 2 (below every stack's), "eager-bf16" 8 at the peak and 2 saved, also on a stack whose
 own loss is fused and keeps fewer (Megatron-LM's 6: a run that names an eager loss does not run
-the fused one). Emitters whose tool cannot run the named kernel refuse it (`emit`).
+the fused one), "compiled" 6 (the fp32 loss compiled alone, the model eager). Emitters whose tool
+cannot run the named kernel refuse it (`emit`).
 """
 
 from __future__ import annotations
@@ -27,9 +28,18 @@ TE_CROSS_ENTROPY_LOGIT_BYTES = 2.0
 EAGER_BF16_LOGIT_BYTES = 8.0
 EAGER_BF16_SAVED_LOGIT_BYTES = 2.0
 
+# PyTorch's fp32 cross-entropy (`F.cross_entropy(logits.float())`) compiled with torch.compile on its own,
+# the model left eager: torchtitan's compile.components "loss" (torchtitan/components/loss.py
+# build_cross_entropy_loss at 82a9530f6, `torch.compile(loss_fn)` when "loss" is in the components; the
+# DeepSeek-V3 16B config of that commit compiles the loss alone). Inductor fuses the cast, log-softmax and
+# NLL and their backward, so the fp32 copies do not sit beside the logits: the 16-bit logits and one fp32
+# buffer, 6 at the peak, as the torchtitan-compile stack's compiled loss (`STACKS`); saved: the stack's.
+COMPILED_LOSS_LOGIT_BYTES = 6.0
+
 # kernel -> (bytes a logit at the loss's peak, bytes a logit saved for the backward pass; None:
 # the stack's own saved bytes, as the "te" option has always been priced)
 LOSS_KERNEL_LOGIT_BYTES: dict[str, tuple[float, float | None]] = {
     "te": (TE_CROSS_ENTROPY_LOGIT_BYTES, None),
     "eager-bf16": (EAGER_BF16_LOGIT_BYTES, EAGER_BF16_SAVED_LOGIT_BYTES),
+    "compiled": (COMPILED_LOSS_LOGIT_BYTES, None),
 }

@@ -247,7 +247,9 @@ class Plan(PlanLayout):
     Engine's parallel_cross_entropy (Megatron-Core cross_entropy_loss_fusion with
     cross_entropy_fusion_impl="te"), which keeps only the 16-bit logits
     (`physics.memory_stacks.TE_CROSS_ENTROPY_LOGIT_BYTES`), or "eager-bf16", PyTorch's eager
-    cross-entropy on the 16-bit logits without an fp32 cast (`EAGER_BF16_LOGIT_BYTES`): the kernel's bytes
+    cross-entropy on the 16-bit logits without an fp32 cast (`EAGER_BF16_LOGIT_BYTES`), or "compiled", the
+    fp32 loss compiled alone with the model eager (torchtitan's compile.components "loss",
+    `COMPILED_LOSS_LOGIT_BYTES`): the kernel's bytes
     replace the stack's, more or fewer (`physics.memory_losses`); memory only, no time;
     `expandable_segments`: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so PyTorch's caching
     allocator hands out what it keeps in split blocks (`physics.memory_stacks.allocator_fraction`); memory only;
