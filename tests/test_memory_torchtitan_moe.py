@@ -9,7 +9,7 @@ import pytest
 from shardwise import presets
 from shardwise.engines.training import training_memory
 from shardwise.physics import memory as mem
-from shardwise.physics.memory_activations import op_routed_expert_bytes
+from shardwise.physics.memory_activations import op_sac_routed_bytes
 from shardwise.requests.training import TrainingRequest
 from shardwise.specs.plan import Recompute
 
@@ -29,16 +29,17 @@ def _gib(mbs: int, ep: int, recompute: str, framework: str = "torchtitan", **pla
 
 
 def test_op_sac_keeps_only_the_all_to_all_outputs_of_the_routed_experts():
-    """The save list names the all-to-all (two h-wide outputs per copy), not the grouped GEMMs: nothing at ep 1."""
+    """The save list names the functional all-to-all (two h-wide outputs per copy) and topk, not the
+    grouped GEMMs: only topk at ep 1, or where the all-to-all is no functional collective."""
     model = presets.model("moonlight-16b", **DSV3_16B)
     copies = 4096 * 6
-    assert float(op_routed_expert_bytes(model.hidden, copies, 8, 2.0)) == 2 * 2.0 * 2048 * copies
-    assert float(op_routed_expert_bytes(model.hidden, copies, 1, 2.0)) == 0.0
+    topk = 12.0 * copies
+    assert float(op_sac_routed_bytes(model, 4096, 1.0, 2.0, 8, True)) == 2 * 2.0 * 2048 * copies + topk
+    assert float(op_sac_routed_bytes(model, 4096, 1.0, 2.0, 1, True)) == topk
+    assert float(op_sac_routed_bytes(model, 4096, 1.0, 2.0, 8, False)) == topk
     kw = {"model": model, "tokens": 4096, "etp": 1, "imbalance": 1.0, "bytes_per_element": 2.0}
     megatron = mem.routed_expert_activation_bytes(**kw, recompute=Recompute.SELECTIVE)
-    op = mem.routed_expert_activation_bytes(**kw, recompute=Recompute.SELECTIVE, selective_policy="op", ep=8)
-    none = mem.routed_expert_activation_bytes(**kw, recompute=Recompute.NONE, selective_policy="op", ep=8)
-    assert float(op) == pytest.approx(2 * 2.0 * 2048 * copies) and float(op) < float(megatron) == float(none)
+    assert float(op_sac_routed_bytes(model, 4096, 1.0, 2.0, 8, True)) < float(megatron)
 
 
 def test_the_score_multiply_keeps_an_fp32_copy_eager_and_the_expert_output_compiled():
@@ -53,11 +54,6 @@ def test_the_score_multiply_keeps_an_fp32_copy_eager_and_the_expert_output_compi
     plain = mem.routed_expert_activation_bytes(**kw, recompute=Recompute.NONE)
     scored = mem.routed_expert_activation_bytes(**kw, recompute=Recompute.NONE, score_copy_bytes=2.0)
     assert float(scored - plain) == pytest.approx(2.0 * 2048 * 4096 * 6)
-    # recomputed under op-level checkpointing (the multiply is not in the save list)
-    op = {"recompute": Recompute.SELECTIVE, "selective_policy": "op", "ep": 8}
-    assert float(mem.routed_expert_activation_bytes(**kw, **op, score_copy_bytes=2.0)) == float(
-        mem.routed_expert_activation_bytes(**kw, **op)
-    )
     # the engine applies it: torchtitan-compile at batch 4, 26 MoE layers of 16384 x 6 copies
     after = _gib(4, 1, "none", "torchtitan-compile")["activations"]
     scores_first = presets.model("moonlight-16b", **DSV3_16B).with_(seq_len=4096, architecture="llama4")
@@ -72,10 +68,11 @@ def test_the_score_multiply_keeps_an_fp32_copy_eager_and_the_expert_output_compi
 def test_issue_1789_fits_at_batch_4_and_runs_out_at_8():
     """8 H100 (79.11 GiB), FSDP 8, EP 8, per-op SAC, the loss compiled alone: batch 8 ran out of memory,
     batch 4 logged 73.32 GiB reserved; EP 1 at batch 8 ran at 'almost 96%'."""
-    fits = _gib(4, 8, "selective", loss_kernel="compiled")
+    run = {"loss_kernel": "compiled", "functional_a2a": True}  # torchtitan of 2025-10, before #4085
+    fits = _gib(4, 8, "selective", **run)
     assert fits["total"] < 79.11 and fits["total"] == pytest.approx(73.32, rel=0.05)
-    assert _gib(8, 8, "selective", loss_kernel="compiled")["total"] > 79.11
-    assert 0.9 * 79.11 < _gib(8, 1, "selective", loss_kernel="compiled")["total"] < 79.11
+    assert _gib(8, 8, "selective", **run)["total"] > 79.11
+    assert 0.9 * 79.11 < _gib(8, 1, "selective", **run)["total"] < 79.11
 
 
 def test_a_loss_compiled_alone_keeps_six_bytes_a_logit():

@@ -112,6 +112,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "grad_reduce_bf16",
         "spmd_grad_reduce",
         "scan_unpipelined",
+        "functional_a2a",
         "zero1_grad_all_reduce",
         "aligned_chunk_sync",
         "expandable_segments",

@@ -132,7 +132,7 @@ PEAK_KINDS = (
 # plan fields a row states in its other_config column as name=value (what the framework's preset
 # would otherwise decide)
 OVERRIDES = re.compile(
-    r"\b(ep|vpp|sequence_parallel|flash_attention|stage|recompute_modules|optimizer_state|expandable_segments|loss_kernel)"
+    r"\b(ep|vpp|sequence_parallel|flash_attention|stage|recompute_modules|optimizer_state|expandable_segments|loss_kernel|functional_a2a)"
     r"=([\w,-]+)"
 )
 # what the model does not express, by words in the row (checked in this order)
@@ -333,6 +333,7 @@ def scenario(row: dict[str, str]) -> tuple[Scenario, str]:
         flash_attention=flash,
         optimizer_state=stated.get("optimizer_state"),
         loss_kernel=stated.get("loss_kernel"),
+        functional_a2a={"true": True, "false": False}.get(stated.get("functional_a2a", "")),
         expandable_segments=expandable,
     )
     peak_of = _first(PEAK_KINDS, row["framework"], "peak of") if row["measured_peak_gib"] else "device"

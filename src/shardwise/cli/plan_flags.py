@@ -357,6 +357,11 @@ execution_options = stack_options(
         "beside nothing (paxml: on).",
     ),
     _switch(
+        "functional-a2a",
+        "Under torchtitan's per-op selective AC, eager expert all-to-alls are functional collectives whose "
+        "outputs the policy keeps (torchtitan before pytorch/torchtitan#4085; compiled runs: always).",
+    ),
+    _switch(
         "expandable-segments",
         "The run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator's split-block "
         "share of the memory estimate goes (memory only).",

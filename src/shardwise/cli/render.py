@@ -250,6 +250,7 @@ def _flags(p: Any) -> str:
         "grad_reduce_bf16": "bf16 grad reduce",
         "zero1_grad_all_reduce": "ZeRO-1 grads all-reduced after backward",
         "scan_unpipelined": "XLA scan collectives unpipelined",
+        "functional_a2a": "functional expert all-to-alls (saved by per-op AC)",
         "expandable_segments": "expandable segments",
         "partition_activations": "partitioned checkpoints",
     }

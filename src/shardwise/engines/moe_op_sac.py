@@ -52,9 +52,11 @@ def op_sac_on(plan: Plan) -> np.ndarray:
 
 def exchange_saved(plan: Plan) -> np.ndarray:
     """Where the policy saves the all-to-alls' outputs: compiled torchtitan (functional collectives),
-    not eager (spmd_types' torch.distributed all_to_all; module docstring). `Plan.eager_kernels`
-    tells the eager stack from the compiled one (the `torchtitan` and `torchtitan-compile` presets)."""
-    return ~as_bool(plan.eager_kernels)
+    and eager torchtitan before pytorch/torchtitan#4085 (`Plan.functional_a2a`: its expert-parallel
+    dispatch called `all_to_all_single_autograd`, a functional collective), not eager torchtitan since
+    (spmd_types' torch.distributed all_to_all; module docstring). `Plan.eager_kernels` tells the
+    eager stack from the compiled one (the `torchtitan` and `torchtitan-compile` presets)."""
+    return ~as_bool(plan.eager_kernels) | as_bool(plan.functional_a2a)
 
 
 def op_sac_expert_masks(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -176,8 +176,6 @@ def memory_breakdown(
             plan.recompute,
             plan.recompute_modules,
             fp8_input_bytes(plan),
-            policy,
-            plan.ep,
             mem.moe_score_copy_bytes(plan.memory_stack_key, model.architecture),
         )
         if policy == "op":  # torchtitan's per-op SAC keeps the router's topk; the layer is rebuilt whole

@@ -263,8 +263,6 @@ def routed_expert_activation_bytes(
     recompute: Number,
     recompute_modules: tuple[str, ...] = (),
     fp8_input_bytes: float = 0.0,
-    selective_policy: str = "attention",
-    ep: Number = 1,
     score_copy_bytes: float = 0.0,
 ) -> Number:
     """What a mixture-of-experts layer's routed experts keep for the backward pass on the busiest
@@ -288,14 +286,10 @@ def routed_expert_activation_bytes(
     linear_fc2 only under `moe_act` recomputation, whose input is then not kept at all: experts.py
     `set_save_original_input`): the received tokens' h etp and the activation's f at that size; the
     activation's own input (g f) stays 16-bit. Under torchtitan's op-level selective checkpointing
-    (`selective_policy` "op") the routed experts keep only what its save list names: the outputs of
-    the expert-parallel all-to-alls, the dispatched tokens and the returned expert outputs (h each per
-    copy, with ep > 1; torchtitan/models/deepseek_v3/infra/parallelize.py `_op_sac_save_list` at
-    82a9530f6: `_c10d_functional.all_to_all_single`, added by c4e229115 "Save _to_copy and a2a in
-    selective AC policy"); the grouped GEMMs (`aten._grouped_mm`, not in the list), the activation and
-    the router's softmax are recomputed, so nothing at ep 1 (`op_routed_expert_bytes`).
-    `score_copy_bytes`: bytes per hidden element and copy that a stack's score multiply keeps beside
-    the experts' own tensors (`moe_score_copy_bytes`; recomputed under op-level checkpointing)."""
+    the routed experts keep only what its save list names (`op_sac_routed_bytes`, applied by
+    `engines.moe_op_sac`). `score_copy_bytes`: bytes per hidden element and copy that a stack's score
+    multiply keeps beside the experts' own tensors (`moe_score_copy_bytes`; recomputed under op-level
+    checkpointing)."""
     e, h, f = bytes_per_element, model.hidden, model.expert_ffn_hidden
     c = fp8_input_bytes if fp8_input_bytes else e  # a grouped linear's saved input
     gate = 2 if model.gated_mlp else 1
@@ -308,9 +302,6 @@ def routed_expert_activation_bytes(
     # moe_layer.py: `moe_layer_recompute`, tensor_parallel.checkpoint / te_checkpoint of the router,
     # dispatch, experts and combine): the routed experts keep nothing
     whole = (np.asarray(recompute) == Recompute.SELECTIVE) & ("moe" in recompute_modules)
-    if selective_policy == "op":
-        op = op_routed_expert_bytes(h, copies, ep, e)
-        kept = np.where(np.asarray(recompute) == Recompute.SELECTIVE, op, kept)
     return np.where((np.asarray(recompute) == Recompute.FULL) | whole, 0.0, kept)
 
 
@@ -329,14 +320,6 @@ def moe_score_copy_bytes(stack: str, architecture: str) -> float:
     """Bytes per hidden element and routed copy that the stack's score multiply keeps (`MOE_SCORE_COPY_BYTES`;
     0 for stacks that apply the probabilities inside the experts' activation, Megatron-Core's)."""
     return MOE_SCORE_COPY_BYTES.get((stack, architecture in TORCHTITAN_SCORES_AFTER_EXPERTS), 0.0)
-
-
-def op_routed_expert_bytes(hidden: Number, copies: Number, ep: Number, bytes_per_element: float) -> Number:
-    """What torchtitan's op-level selective checkpointing keeps of a layer's routed experts for
-    `copies` routed token copies (`routed_expert_activation_bytes`): the two expert-parallel
-    all-to-alls' outputs (dispatched tokens, returned expert outputs), h 16-bit elements each per
-    copy, where ep > 1; at ep 1 there is no all-to-all and nothing is kept."""
-    return np.where(np.asarray(ep) > 1, 2.0 * bytes_per_element * hidden * copies, 0.0)
 
 
 def moe_checkpointed_shared_bytes(

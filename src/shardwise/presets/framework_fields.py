@@ -45,6 +45,7 @@ STACK_FIELDS = (
     "grad_reduce_bf16",
     "spmd_grad_reduce",
     "scan_unpipelined",
+    "functional_a2a",
     "zero1_grad_all_reduce",
     "aligned_chunk_sync",
     "expandable_segments",
@@ -101,7 +102,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
     booleans = (
         "eager_kernels", "eager_rotary", "yarn_rotary_eager", "flash_attention", "per_param_sharding", "p2p_serial",
         "tp_shard_overlap",
-        "spmd_grad_reduce", "zero1_grad_all_reduce", "scan_unpipelined",
+        "spmd_grad_reduce", "zero1_grad_all_reduce", "scan_unpipelined", "functional_a2a",
         "aligned_chunk_sync",
     )  # fmt: skip
     for field in (

@@ -105,6 +105,7 @@ class TrainingRequest:
     scatter_gather: bool | None = default("scatter_gather")
     grad_reduce_bf16: bool | None = default("grad_reduce_bf16")
     scan_unpipelined: bool | None = default("scan_unpipelined")
+    functional_a2a: bool | None = default("functional_a2a")
     expandable_segments: bool | None = default("expandable_segments")
     partition_activations: bool | None = default("partition_activations")
     loss_kernel: str | None = default("loss_kernel")

@@ -230,6 +230,11 @@ class Plan(PlanLayout):
     `spmd_grad_reduce`: the gradient reduction as XLA runs it (MaxText, Paxml): in the 16-bit dtype
     of the dot that makes each weight gradient, and under hybrid sharding the replicas' all-reduce
     exposed, not hidden (`engines.data_parallel.SPMD_GRAD_BYTES`);
+    `functional_a2a`: under torchtitan's per-op selective checkpointing, eager expert-parallel
+    all-to-alls are functional collectives (`_c10d_functional.all_to_all_single`, on the policy's save
+    list: their outputs kept, not re-sent), as torchtitan ran them before pytorch/torchtitan#4085
+    (2026-08-18; since, spmd_types' in-place all_to_all, rerun in the recompute); compiled runs
+    trace functional collectives either way (`engines.moe_op_sac.exchange_saved`); memory and time;
     `scan_unpipelined`: under ZeRO-3, XLA's scanned layers without its collective pipeliner: each
     layer's first weight gather (forward and backward) and last gradient reduce-scatter wait with
     nothing beside them (Paxml in JAX-Toolbox's 23.10/24.04 launches, `physics.xla_scan`);
@@ -335,6 +340,7 @@ class Plan(PlanLayout):
     grad_reduce_bf16: bool | np.ndarray = False
     spmd_grad_reduce: bool | np.ndarray = False
     scan_unpipelined: bool | np.ndarray = False
+    functional_a2a: bool | np.ndarray = False
     zero1_grad_all_reduce: bool | np.ndarray = False
     aligned_chunk_sync: bool | np.ndarray = False
     expandable_segments: bool | np.ndarray = False

@@ -107,6 +107,7 @@ BOOLEAN_FIELDS = (
     "grad_reduce_bf16",
     "spmd_grad_reduce",
     "scan_unpipelined",
+    "functional_a2a",
     "zero1_grad_all_reduce",
     "aligned_chunk_sync",
     "expandable_segments",
