@@ -266,7 +266,7 @@ def forward_window_s(cost: StageCost) -> Number:
     through it wherever it falls, so either pass's collectives run through it. Without it a faster
     GPU shortened the forward of a host-bound layer whose time did not fall, and the step rose
     (tests/test_invariants_pinned.py); the backward's window has held the wait all along."""
-    return cost.compute_forward_s + cost.tp_forward_s + cost.host_wait_s
+    return cost.compute_forward_s + cost.tp_forward_s + cost.host_wait_s - cost.host_wait_forward_s
 
 
 def paced_cost(cost: StageCost, stretch: Number, zero_stage: Number) -> StageCost:

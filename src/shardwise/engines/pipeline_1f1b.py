@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 # rounds past the first 2p after which a plan whose ends still grow unevenly takes the rest by squaring
 _SETTLE_ROUNDS = 32
+_SETTLE_EVERY = 4
 # an end "grew by lambda" within this share of the ends (rounding of sums of a few dozen terms)
 _SETTLED_RTOL = 1e-13
 
@@ -73,9 +74,10 @@ def _makespan(f: np.ndarray, b: np.ndarray, m: np.ndarray, p: int) -> np.ndarray
     # x(-1): the last warm-up forward is also each stage's last operation
     fe, be = _uniform_rounds(last_f, last_f, f, b, m - w0, p)
     # the last w0 rounds: stage i runs its forward while t < w0 - w_i, then only backwards
+    sums = _backward_sums(b)
     for t in range(int(w0.max(initial=0))):
         has_f = t < (w0[:, None] - warm)
-        nf, nb = _round(fe, be, f, b, has_f)
+        nf, nb = _round(fe, be, f, sums, has_f)
         live = (t < w0)[:, None]
         fe, be = np.where(live, nf, fe), np.where(live, nb, be)
     return be.max(axis=-1)
@@ -90,57 +92,65 @@ def _uniform_rounds(
     repeats one stage's round) every end grows by lambda = max_j (f_j + b_j) a round once the
     paths through slower stages have fallen behind, and from the round in which no end grew by
     other than lambda, none will (those paths only fall further behind): the ends then move on
-    by lambda a round, (rounds - g) lambda at once. Plans not there after `_SETTLE_ROUNDS` take
-    the rest as M^rounds by squaring (`_power`)."""
-    n = f.shape[0]
+    by lambda a round, (rounds - g) lambda at once (checked every `_SETTLE_EVERY` rounds). Plans
+    not there after `_SETTLE_ROUNDS` more take the rest as M^rounds by squaring (`_power`)."""
     lam = (f + b).max(axis=-1)
     out_f, out_b = fe.copy(), be.copy()
     rows = np.flatnonzero(rounds > 0)
     cur_f, cur_b = fe[rows], be[rows]
+    f_r, b_r, lam_r, todo = f[rows], b[rows], lam[rows], rounds[rows]
+    sums = _backward_sums(b_r)
     g = 0
     while rows.size:
-        f_r, b_r, lam_r, left = f[rows], b[rows], lam[rows], rounds[rows] - g
+        left = todo - g
         if g >= 2 * p + _SETTLE_ROUNDS:
-            pf, pb = _power(cur_f, cur_b, f_r, b_r, left, p)
-            out_f[rows], out_b[rows] = pf, pb
+            out_f[rows], out_b[rows] = _power(cur_f, cur_b, f_r, b_r, left, p)
             break
-        nf, nb = _round(cur_f, cur_b, f_r, b_r, None)
+        nf, nb = _round(cur_f, cur_b, f_r, sums, None)
         g += 1
         done = left == 1
-        if g > 2 * p:
+        finished = done
+        if g > 2 * p and g % _SETTLE_EVERY == 0:
             tol = _SETTLED_RTOL * (np.abs(nb).max(axis=-1) + lam_r)
-            step = np.maximum(
-                np.abs(nf - cur_f - lam_r[:, None]).max(axis=-1), np.abs(nb - cur_b - lam_r[:, None]).max(axis=-1)
-            )
+            grew = lam_r[:, None]
+            step = np.maximum(np.abs(nf - cur_f - grew).max(axis=-1), np.abs(nb - cur_b - grew).max(axis=-1))
             settled = (step <= tol) & ~done
-            ahead = ((left - 1) * lam_r)[:, None]
-            out_f[rows[settled]], out_b[rows[settled]] = nf[settled] + ahead[settled], nb[settled] + ahead[settled]
-            done_all = done | settled
-        else:
-            done_all = done
+            ahead = ((left - 1) * lam_r)[settled][:, None]
+            out_f[rows[settled]], out_b[rows[settled]] = nf[settled] + ahead, nb[settled] + ahead
+            finished = done | settled
         out_f[rows[done]], out_b[rows[done]] = nf[done], nb[done]
-        keep = ~done_all
-        rows, cur_f, cur_b = rows[keep], nf[keep], nb[keep]
-    del n
+        if finished.any():
+            keep = ~finished
+            rows, nf, nb, f_r, b_r, lam_r, todo = (x[keep] for x in (rows, nf, nb, f_r, b_r, lam_r, todo))
+            sums = tuple(x[keep] for x in sums)
+        cur_f, cur_b = nf, nb
     return out_f, out_b
 
 
+def _backward_sums(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(R_i, R_i+1) with R_i = b_i + ... + b_p-1: a round's backward chain (`_round`)."""
+    tail = np.cumsum(b[..., ::-1], axis=-1)[..., ::-1]
+    after = np.zeros_like(tail)
+    after[..., :-1] = tail[..., 1:]
+    return tail, after
+
+
 def _round(
-    fe: np.ndarray, be: np.ndarray, f: np.ndarray, b: np.ndarray, has_f: np.ndarray | None
+    fe: np.ndarray, be: np.ndarray, f: np.ndarray, sums: tuple[np.ndarray, np.ndarray], has_f: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """One round from the ends of the last one (`fe`, `be`: (..., n, p)): each stage's forward
     (where `has_f`; all where None) after its last operation and the previous stage's forward,
-    then its backward after that and the next stage's backward."""
-    shifted = np.concatenate([np.full((*fe.shape[:-1], 1), -np.inf), fe[..., :-1]], axis=-1)
-    nf = np.maximum(be, shifted) + f
+    then its backward after that and the next stage's backward (`sums`: `_backward_sums`)."""
+    nf = np.array(np.broadcast_to(be, np.broadcast_shapes(be.shape, f.shape)))
+    np.maximum(nf[..., 1:], fe[..., :-1], out=nf[..., 1:])
+    nf += f
     if has_f is not None:
         nf = np.where(has_f, nf, fe)
         ready = np.where(has_f, nf, be)
     else:
         ready = nf
-    # B_i = max_j>=i (ready_j + b_i + ... + b_j) = R_i + max_j>=i (ready_j - R_j+1), R_i = b_i + ... + b_p-1
-    tail = np.cumsum(b[..., ::-1], axis=-1)[..., ::-1]  # R_i
-    after = np.concatenate([tail[..., 1:], np.zeros((*tail.shape[:-1], 1))], axis=-1)  # R_i+1
+    # B_i = max_j>=i (ready_j + b_i + ... + b_j) = R_i + max_j>=i (ready_j - R_j+1), to rounding
+    tail, after = sums
     nb = tail + np.maximum.accumulate((ready - after)[..., ::-1], axis=-1)[..., ::-1]
     return nf, nb
 
@@ -153,7 +163,7 @@ def _power(
     n, s = f.shape[0], 2 * p
     unit = np.full((s, n, s), -np.inf)
     unit[np.arange(s), :, np.arange(s)] = 0.0
-    nf, nb = _round(unit[..., :p], unit[..., p:], f, b, None)  # (s, n, p) each: state j's effect
+    nf, nb = _round(unit[..., :p], unit[..., p:], f, _backward_sums(b), None)  # (s, n, p) each: state j's effect
     mat = np.concatenate([nf, nb], axis=-1).transpose(1, 2, 0)  # (n, s_out, s_in)
     x = np.concatenate([fe, be], axis=-1)  # (n, s)
     left = rounds.astype(np.int64).copy()

@@ -12,6 +12,8 @@ the embedding, the last the output layer and loss; stages may hold different num
 
 which for p equal stages is (m + (p - 1)/v) c: the GPipe / 1F1B bubble (p - 1)/m of
 Narayanan et al. 2021 Sec. 2.2, divided by v for the interleaved schedule (their Sec. 2.2.2).
+Non-interleaved 1F1B takes its exact makespan over every stage's forward and backward passes
+instead (`engines.pipeline_1f1b`: the closed form is exact there only for equal stages).
 Per-micro-batch costs (the weight gradients accumulated into fp32 main_grad, the sends and their
 syncs) are inside c_j, so they also grow the bubble. The data-parallel gradient reduction
 follows, hidden behind the last backward pass when bucketed and overlapped (and behind the
