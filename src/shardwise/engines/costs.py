@@ -36,6 +36,7 @@ from shardwise.physics.flops import (
     input_gradient,
     layer_forward,
 )
+from shardwise.physics.host_passes import drained_passes, forward_kernel_share
 from shardwise.physics.linears import GemmTimes
 from shardwise.physics.lora import lora_layer_times, lora_sp_gathers, norm_returned
 from shardwise.physics.microbatch import plan_accumulate_bytes
@@ -74,6 +75,9 @@ class StageCost:
     # the layer's two passes, kept in the backward for the step; the GPU idles through it wherever
     # it falls, so data-parallel collectives may run through it beside either pass (`dp_step`)
     host_wait_s: Number = 0.0
+    # of host_wait_s, the part inside compute_forward_s: where the GPU's queue runs dry between the
+    # passes (`drained_passes`) each pass waits for its own kernels' issue
+    host_wait_forward_s: Number = 0.0
 
     @property
     def forward_s(self) -> Number:
@@ -100,6 +104,7 @@ FIELDS = (
     "offload_forward_s",
     "offload_backward_s",
     "host_wait_s",
+    "host_wait_forward_s",
 )
 
 
@@ -356,7 +361,8 @@ def layer_cost(
     # the host issues every kernel; where they are shorter than that, the GPU waits for it. The
     # exposed TP and CP collectives keep the GPU busy too (NCCL kernels on its streams; the host
     # does not wait for them and goes on issuing), so the host's time is set against both.
-    host = 0.0
+    host: Number = 0.0
+    host_forward: Number = 0.0
     if np.any(plan.host_kernel_s):
         kernels = layer_kernels(plan.eager_kernels, fwd.elementwise_kernels, rc == Recompute.FULL, plan.layer_host_ops)
         if plan.cuda_graph_scope:  # captured blocks replay from one graph launch each
@@ -366,14 +372,25 @@ def layer_cost(
         busy = lt.forward_s + lt.backward_s + split_f + split_b + copies_f + copies_b + redo + exposed
         busy = busy + part_f + part_b + part_gather
         host = host_bound_s(busy + host_with[1], kernels + host_with[0], plan.host_kernel_s)
+        if training and any_true(drained_passes(plan)):
+            # the queue runs dry after each pass: the host issues a pass's kernels during that pass only
+            share = forward_kernel_share(rc == Recompute.FULL, plan.layer_host_ops)
+            busy_f = lt.forward_s + split_f + copies_f + part_f + tp_fwd + share * host_with[1]
+            each = (kernels + host_with[0]) * plan.host_kernel_s
+            host_f = np.maximum(0.0, share * each - busy_f)
+            host_b = np.maximum(0.0, (1 - share) * each - (busy + host_with[1] - busy_f))
+            drained = drained_passes(plan)
+            host_forward = np.where(drained, host_f, 0.0)
+            host = np.where(drained, host_f + host_b, host)
     cost = StageCost(
-        compute_forward_s=lt.forward_s + split_f + copies_f + part_f,
-        compute_backward_s=lt.backward_s + split_b + copies_b + redo + host + part_b,
+        compute_forward_s=lt.forward_s + split_f + copies_f + part_f + host_forward,
+        compute_backward_s=lt.backward_s + split_b + copies_b + redo + host - host_forward + part_b,
         tp_forward_s=tp_fwd,
         tp_backward_s=tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0) + mlp_tp_redo + part_gather,
         tp_hidden_s=np.maximum(0.0, tp_fwd_total + steps * cp_step + gather - tp_fwd)
         + np.maximum(0.0, tp_bwd_total + 2 * steps * cp_step + gather + c * grad - tp_bwd),
         weight_grad_s=lt.weight_grad_s,
         host_wait_s=host,
+        host_wait_forward_s=host_forward,
     )
     return cost, fwd

@@ -14,6 +14,7 @@ from shardwise.arrays import as_array, as_bool, as_float, choose, ifelse, maximu
 from shardwise.engines.costs import FIELDS, StageCost
 from shardwise.engines.data_parallel import StagePrices, collective_prices, stage_collective_prices, zero_collectives
 from shardwise.engines.dp_comm import DpComm, contention_share, exposed_by_runs, zero_stage_fields, zero_stage_runs
+from shardwise.engines.dp_windows import backward_window_s, forward_window_s
 from shardwise.physics import memory as mem
 from shardwise.physics import xla_scan
 from shardwise.physics.collectives import Fabric
@@ -85,7 +86,7 @@ def _zero_stage_fields(
     # ZeRO-3's reductions hide behind the whole backward pass (its expert all-to-alls and offload
     # copies included), so that the forward passes' gathers keep exactly the forward pass
     # (`DpComm.zero3_phases`: the gathers' window, m total, less this one)
-    backward = cost.backward_s if k == 3 else cost.compute_backward_s + cost.tp_backward_s
+    backward = backward_window_s(cost, k == 3)
     if k == 0:
         return zero_stage_fields(0, prices, backward, 0.0, 0.0, m, overlap_param_gather)
     forward = forward_window_s(cost)
@@ -155,7 +156,7 @@ def data_parallel_exposed_s(
         # chunk's reduction i chunk-passes late, aligned across the pipeline ranks (schedules.py:
         # "launch asynchronous communication at the same time across the pipeline-parallel
         # group"), which spends that drain
-        backward = cost.compute_backward_s + cost.tp_backward_s
+        backward = backward_window_s(cost)
         drain = ifelse(v > 1, 0.0, index * backward / v)
         rounds = ifelse(v > 1, p, 1.0)
         serial = dense.get("replica_all_reduce", 0.0)  # XLA's replicas' all-reduce, never hidden
@@ -173,7 +174,7 @@ def data_parallel_exposed_s(
                 v,
                 rounds,
                 plan.zero1_grad_all_reduce,
-                cost.backward_s,  # ZeRO-3's reductions' window (`_zero_stage_fields`)
+                backward_window_s(cost, True),  # ZeRO-3's reductions' window (`_zero_stage_fields`)
                 m * cost.host_wait_s,
                 head,
                 plan.aligned_chunk_sync,
@@ -256,17 +257,6 @@ def chunked_left_s(
 # a stage's per-micro-batch seconds that ZeRO-2/3's gathers and reductions hide behind: all but
 # the TP collectives already hidden and the weight-gradient share inside the backward
 PACED_FIELDS = tuple(f for f in FIELDS if f not in ("tp_hidden_s", "weight_grad_s"))
-
-
-def forward_window_s(cost: StageCost) -> Number:
-    """The seconds of a micro-batch's forward pass that data-parallel collectives may hide behind
-    (ZeRO-1/2's gather after the optimizer, behind the next step's first forward): its compute and
-    exposed TP collectives, and the layer's host-bound wait. The wait is one number for both
-    passes, kept in the backward for the step (`costs.StageCost.host_wait_s`); the GPU idles
-    through it wherever it falls, so either pass's collectives run through it. Without it a faster
-    GPU shortened the forward of a host-bound layer whose time did not fall, and the step rose
-    (tests/test_invariants_pinned.py); the backward's window has held the wait all along."""
-    return cost.compute_forward_s + cost.tp_forward_s + cost.host_wait_s
 
 
 def paced_cost(cost: StageCost, stretch: Number, zero_stage: Number) -> StageCost:

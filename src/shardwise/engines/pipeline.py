@@ -2,9 +2,10 @@
 
 With c_j one micro-batch's work on stage j (forward + backward + blocking sends in training; the
 forward in inference), m micro-batches and v model chunks per GPU (Narayanan et al. 2021 Sec.
-2.2): T = m max_j c_j + (sum_j c_j - max_j c_j) / v: exact for equal stages, an upper bound for
-unequal ones (docs/model.md; the simulator runs them operation by operation). Serving engines that
-prepare every micro-batch on the host add their host time to that (`pipelined_round_s`).
+2.2): T = m max_j c_j + (sum_j c_j - max_j c_j) / v: exact for equal stages and for GPipe; the
+training engine prices non-interleaved 1F1B with unequal stages by its exact recurrence instead
+(`engines.pipeline_1f1b`; docs/model.md). Serving engines that prepare every micro-batch on the host
+add their host time to that (`pipelined_round_s`).
 """
 
 from __future__ import annotations

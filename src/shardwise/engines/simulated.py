@@ -31,6 +31,7 @@ from shardwise.engines.dp_step import (
     stage_scan_edges_s,
     tied_embedding_sync_s,
 )
+from shardwise.engines.dp_windows import backward_window_s
 from shardwise.engines.fsdp2_copies import sharding_copies
 from shardwise.engines.moe import moe_layer_cost, stage_expert_params, stage_params
 from shardwise.engines.mtp import with_mtp
@@ -202,7 +203,7 @@ def stage_times(scn: Scenario) -> StageTimes:
                 c = priced[key] = stage_comm(cost, n_params, n_expert, n_weights, i == 0, layers)
         except TypeError:  # a field that does not hash
             c = stage_comm(cost, n_params, n_expert, n_weights, i == 0, layers)
-        one_backward = float(np.asarray(cost.compute_backward_s + cost.tp_backward_s))
+        one_backward = float(np.asarray(backward_window_s(cost)))
         # ZeRO-3: the backward passes' gathers share the reductions' window (the backward compute),
         # the forward passes' hide behind their own compute (`DpComm.zero3_phases`); otherwise the
         # reduction hides behind the backward passes and the gather comes after the optimizer

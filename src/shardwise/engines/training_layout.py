@@ -17,11 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from shardwise.arrays import any_true, as_array, as_bool, as_float, ifelse, maximum, one_value, plus, where
-from shardwise.engines.costs import (
-    FIELDS,
-    StageCost,
-    add_costs,
-)
+from shardwise.engines.costs import FIELDS, StageCost, add_costs
 from shardwise.engines.data_parallel import (
     COLLECTIVE_READS,
     StagePrices,
@@ -97,6 +93,7 @@ class Layout:
     c_mid: Number
     c_last: Number
     c_mid_sum: Number
+    f_mid_sum: Number  # the middle stages' forward passes with half their sends and overheads (`pipeline_1f1b`)
     v_whole: Number
     zb: Number
     w_stage: Number | None
@@ -227,6 +224,7 @@ def _layout_terms(scn: Scenario) -> Layout:
         hand_end, hand_mid = end * hand, mid * hand
         c_first, c_mid, c_last = c_first + hand_end, c_mid + hand_mid, c_last + hand_end
         c_mid_sum = c_mid_sum + n_mid * hand_mid
+    f_mid_sum = middle_sum.forward_s + (c_mid_sum - middle_sum.total_s) / 2  # half c's extra on the forwards
     # Each model chunk holds whole layers: a stage of L layers in v chunks has chunks of up to
     # ceil(L / v) layers (12 layers in 5 chunks: 3, 3, 2, 2, 2), and the fill and drain pass the
     # largest, so the bubble divides by L / ceil(L / v) (4 there), not by v.
@@ -263,6 +261,7 @@ def _layout_terms(scn: Scenario) -> Layout:
         c_mid,
         c_last,
         c_mid_sum,
+        f_mid_sum,
         v_whole,
         zb,
         w_stage,

@@ -62,8 +62,6 @@ PER_MICRO_BATCH_IGNORES = frozenset(
         "shard_group",
         "recompute_layers",  # what layers recomputed whole add is priced apart (`recompute_whole.recomputed_stages`)
         "global_batch",
-        "overlap_p2p",
-        "pipeline_sync",
         "overlap_grad_reduce",
         "overlap_param_gather",
         "zero1_grad_all_reduce",
