@@ -39,10 +39,12 @@ their throughputs, predicted against measured. Engines are modelled as they run:
   RunPod box per GPU type: RTX 4090 at 1, 2, 4 and 8 GPUs, A100 PCIe, H100 PCIe and L40S at 1 and
   4, RTX 3090 at 2 and 4), Llama 3 8B in F16 and Q4_K_M and 70B in Q4_K_M (not on one 24 GB GPU),
   prompts of 512 and 1,024 tokens and 1,024 generated tokens, each priced by the same scheduler as
-  PR 6017. Not explained: 70B Q4_K_M's 1,024-token prompt at 2 and 4 GPUs gains almost nothing from
-  its second micro-batch on every box (pp1024 / pp512 1.07-1.27 measured, 1.33 and 1.6 priced),
-  where 70B F16 at 4 GPUs (1.42-1.48), 8B at 4 GPUs (1.24-1.47) and 70B Q4_K_M at 8 (1.64) do gain
-  (docs/serving.md).
+  PR 6017, the layers placed as llama.cpp places them (`llama_cpp_plan`). Not priced: 70B Q4_K_M's
+  1,024-token prompt at 2 and 4 GPUs gains almost nothing from its second micro-batch on every box
+  (pp1024 / pp512 1.07-1.27 measured, 1.33 and 1.6 priced), where 70B F16 at 4 GPUs (1.42-1.48),
+  8B at 4 GPUs (1.24-1.47) and 70B Q4_K_M at 8 (1.64) do gain: the CUDA launch queue filling
+  (`engines.llamacpp.queued_makespan_s`) reproduces the pattern, its threshold within its sources'
+  uncertainty (docs/validation.md "llama.cpp 70B Q4_K_M").
 
 GPT-OSS-120B (a mixture of experts, MXFP4) runs as the dense models do, its experts split by TP
 under `-sm tensor` (every GPU holds a slice of each expert) and whole on their layer's GPU under
