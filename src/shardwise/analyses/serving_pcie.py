@@ -39,10 +39,12 @@ their throughputs, predicted against measured. Engines are modelled as they run:
   RunPod box per GPU type: RTX 4090 at 1, 2, 4 and 8 GPUs, A100 PCIe, H100 PCIe and L40S at 1 and
   4, RTX 3090 at 2 and 4), Llama 3 8B in F16 and Q4_K_M and 70B in Q4_K_M (not on one 24 GB GPU),
   prompts of 512 and 1,024 tokens and 1,024 generated tokens, each priced by the same scheduler as
-  PR 6017. Not explained: 70B Q4_K_M's 1,024-token prompt at 2 and 4 GPUs gains almost nothing from
-  its second micro-batch on every box (pp1024 / pp512 1.07-1.27 measured, 1.33 and 1.6 priced),
-  where 70B F16 at 4 GPUs (1.42-1.48), 8B at 4 GPUs (1.24-1.47) and 70B Q4_K_M at 8 (1.64) do gain
-  (docs/serving.md).
+  PR 6017, the layers placed as llama.cpp places them (`llama_cpp_plan`). Not priced: 70B Q4_K_M's
+  1,024-token prompt at 2 and 4 GPUs gains almost nothing from its second micro-batch on every box
+  (pp1024 / pp512 1.07-1.27 measured, 1.33 and 1.6 priced), where 70B F16 at 4 GPUs (1.42-1.48),
+  8B at 4 GPUs (1.24-1.47) and 70B Q4_K_M at 8 (1.64) do gain: the CUDA launch queue filling
+  (`engines.llamacpp.queued_makespan_s`) reproduces the pattern, its threshold within its sources'
+  uncertainty (docs/validation.md "llama.cpp 70B Q4_K_M").
 
 GPT-OSS-120B (a mixture of experts, MXFP4) runs as the dense models do, its experts split by TP
 under `-sm tensor` (every GPU holds a slice of each expert) and whole on their layer's GPU under
@@ -70,12 +72,19 @@ from shardwise import presets
 from shardwise.analyses.validation import ValidationRow
 from shardwise.engines.forward import ForwardStages
 from shardwise.engines.iteration import stage_costs
-from shardwise.engines.llamacpp import SCHEDULER_BY_YEAR, generation_runtime, layer_split_prompt_s, row_split_terms
+from shardwise.engines.llamacpp import (
+    SCHEDULER_BY_YEAR,
+    generation_runtime,
+    layer_split_counts,
+    layer_split_prompt_s,
+    prompt_layer_ops,
+    row_split_terms,
+)
 from shardwise.engines.llamacpp_tensor import tensor_split_stages
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.serving import compute_precision, plan_for_serving, serving_scenario
 from shardwise.physics.host_staged import exllamav2_tp_layer_s
-from shardwise.specs import Cluster, Model, Scenario
+from shardwise.specs import Cluster, Model, Plan, Scenario
 from shardwise.specs.serving import ServingWorkload
 
 CITATION = "public llama.cpp and ExLlamaV2 measurements on PCIe GPUs (GitHub PRs and issues; data/PUBLIC_RUNS.md)"
@@ -257,13 +266,31 @@ def pair_chunk(pair: Pair) -> tuple[int, int]:
     return chunk, -(-pair.tokens // chunk)
 
 
+def llama_cpp_plan(pair: Pair, tp: int, pp: int) -> Plan:
+    """The plan of a llama.cpp pair over `tp` x `pp` GPUs: a layer split places its layers as
+    llama.cpp does (`engines.llamacpp.layer_split_counts`: Llama 3 70B on 4 GPUs 21, 20, 20, 19)."""
+    plan = plan_for_serving(tp, pp)
+    if pp == 1:
+        return plan
+    first, _, last = layer_split_counts(pair_model(pair).layers, pp)
+    return plan.with_(first_stage_layers=first, last_stage_layers=last)
+
+
+def stage_ops(pair: Pair, pp: int) -> tuple[int, int, int]:
+    """Stream operations of a prompt micro-batch on the first, a middle and the last GPU of a
+    2024 build's layer split (`engines.llamacpp.prompt_layer_ops` a layer)."""
+    per_layer = prompt_layer_ops(pair.weights not in ("bf16", "fp16"))
+    first, middle, last = layer_split_counts(pair_model(pair).layers, pp)
+    return first * per_layer, middle * per_layer, last * per_layer
+
+
 def llama_cpp_stages(pair: Pair, tp: int, pp: int) -> ForwardStages:
     """One micro-batch's stages of a llama.cpp pair over `tp` x `pp` GPUs: a token of generation,
     or `pair_chunk`'s prompt tokens with their share of the whole prompt's attention; `-sm tensor`
     where tp > 1 (`engines.llamacpp_tensor`), the prompt's last token getting logits once per
     prompt (llama-bench)."""
     wl = pair_workload(pair, pp)
-    scn = serving_scenario(Scenario(pair_model(pair), _cluster(pair), plan_for_serving(tp, pp)), wl)
+    scn = serving_scenario(Scenario(pair_model(pair), _cluster(pair), llama_cpp_plan(pair, tp, pp)), wl)
     if pair.tokens == 0:
         return tensor_split_stages(_stages(scn, wl, 1, 0, pair.context), scn, 1, 1)
     chunk, micro = pair_chunk(pair)
@@ -304,6 +331,9 @@ def throughput(pair: Pair, tp: int, pp: int, row: bool = False) -> float:
         # n_ubatch micro-batches, as llama.cpp's scheduler runs them
         _, micro = pair_chunk(pair)
         scheduler = SCHEDULER_BY_YEAR[pair.year]
+        # the launch queue (`engines.llamacpp.queued_makespan_s`, `stage_ops`) is not priced here: with its
+        # sourced numbers (1,024 operations, 50 a Q4_K layer) only 70B's first GPU on 4 overflows it,
+        # where the tables need every GPU to (docs/validation.md "llama.cpp 70B Q4_K_M")
         return pair.tokens / float(layer_split_prompt_s(fs.per_stage, fs.middle_sum_s(p), p, micro, scheduler))
     model, wl = pair_model(pair), pair_workload(pair)
     scn = serving_scenario(Scenario(model, _cluster(pair), plan_for_serving(tp, pp)), wl)

@@ -31,6 +31,25 @@ whether that copy makes the host wait:
   table on 4 ROCm GPUs, layer split, gemma-4 26B: pp2048 / pp512 = 793 / 708 = 1.12 with the copies
   synchronous against 1478 / 708 = 2.09 before) were reverted.
 
+"events" has a second limit: the CUDA driver queues about `LAUNCH_QUEUE_OPS` operations per
+stream; once a stream holds that many, the host's next launch on it waits until the GPU retires
+one (2 x RTX 3090-era measurements: "the buffer size is about 1000 kernels" per stream, NVIDIA
+developer forum thread 68937 / Stack Overflow 53970187; llama.cpp PR 19042, NVIDIA, January 2026:
+"With pipeline parallelism, during prompt processing, the CPU-side CUDA command buffer gets full,
+stalling the CPU", CUDA_SCALE_LAUNCH_QUEUES=4x gave 25% more prompt throughput on large models;
+reverted by PR 19227 for Jetson hangs and kept as advice in docs/build.md). A stage of a
+micro-batch is `prompt_layer_ops` operations per layer, so a stage of N operations lets the host
+run r = Q / N stages ahead on its GPU: with r >= 2 micro-batches queue as above; with r < 1 the
+host is stuck in every stage until the GPU has N - Q of it left to run, so micro-batch k + 1
+starts on the first GPU only once the last has nearly finished micro-batch k (`queued_makespan_s`
+walks it stage by stage, ops spread evenly over a stage). XiongjieDai's May 2024 tables show the
+pattern: Llama 3 70B Q4_K_M prompts pipeline on 6 and 8 GPUs (14 and 11 layers a GPU: 700 and
+550 operations) and 70B F16 on 4 (43 a layer: 903), but not Q4_K_M on 2 (41 layers: 2,050) or 4
+(21, 20, 20, 19 layers: 1,050, 1,000, 1,000, 950) on eight boxes. With these sourced numbers only
+the 4-GPU split's first GPU overflows the queue, where the tables need all four to: the limit
+("about 1000") and the count (cuBLAS taken as one kernel a GEMM) are both within a few percent of
+the 4-GPU stage, so `analyses.serving_pcie` does not price the queue (docs/validation.md).
+
 The preset's build (2026 master) runs "host"; `SCHEDULER_BY_YEAR` says which a source's build ran.
 With p = 2 both give max c_j per micro-batch. Builds and platforms differ, and which one a build
 ran is a choice per source, not derived from its hardware: PR 20793's master column (4 MI50, ROCm,
@@ -61,6 +80,7 @@ from __future__ import annotations
 import numpy as np
 
 from shardwise.arrays import where
+from shardwise.engines.engine_kernels import layer_kernels
 from shardwise.engines.forward import ForwardStages
 from shardwise.physics.compute import layer_times
 from shardwise.physics.custom_allreduce import P2P_OFF_BANDWIDTH_RATIO
@@ -72,6 +92,18 @@ from shardwise.specs.serving import STORAGE_BYTES, ServingWorkload
 # ggml-backend.cpp: scheduler copies of every split input (micro-batches in flight, "events")
 SCHED_MAX_COPIES = 4
 SCHEDULERS = ("events", "host")
+# Operations the CUDA driver queues on a stream before a launch makes the host wait (module
+# docstring: "about 1000 kernels", NVIDIA forum 68937; CUDA_SCALE_LAUNCH_QUEUES scales it).
+LAUNCH_QUEUE_OPS = 1024
+# A prompt micro-batch's products in a 2024 build (ggml-cuda.cu at ggerganov/ggml@6d056617, the
+# sync of llama.cpp of 10 May 2024): a weight product runs `ggml_cuda_op_mul_mat_cublas` (input to
+# FP16, cublasGemmEx, output to FP32: 2 kernels beside the GEMM; quantised weights are first
+# dequantised to FP16: 1 more, where decode's q8_1 quantisation was), KQ and KQV run
+# `ggml_cuda_mul_mat_batched_cublas` (input to FP16, the pointer kernel of cublasGemmBatchedEx
+# with grouped KV heads, output to FP32: 3 beside the GEMM). cuBLAS counted as one kernel a GEMM.
+WEIGHT_PRODUCTS = 7
+PROMPT_PRODUCT_EXTRA_OPS = 2
+BATCHED_PRODUCT_EXTRA_OPS = 3
 # Which scheduler a build ran (module docstring): PR 6017 (March 2024) to 2025 "events"; 2026 builds
 # "host" (PR 17795 in early 2026, then synchronous copies on master: PR 25319).
 SCHEDULER_BY_YEAR = {2024: "events", 2025: "events", 2026: "host"}
@@ -125,18 +157,86 @@ def events_makespan_s(c_sum: Number, c_max: Number, pp: Number, micro_batches: N
     return where(np.asarray(pp) == 1, m * c_sum, (m - 1.0) * period + c_sum)
 
 
+def prompt_layer_ops(quantised: bool) -> int:
+    """Stream operations of one dense Llama layer for a prompt micro-batch in a 2024 build
+    (`WEIGHT_PRODUCTS`): decode's 23 kernels (`engines.engine_kernels`, products as one kernel)
+    plus each weight product's conversions, KQ's and KQV's batched-GEMM kernels and, quantised, the
+    dequantisation: 43 (16-bit) or 50."""
+    extra = WEIGHT_PRODUCTS * (PROMPT_PRODUCT_EXTRA_OPS + (1 if quantised else 0)) + 2 * BATCHED_PRODUCT_EXTRA_OPS
+    return layer_kernels("llama.cpp", False) + extra
+
+
+def layer_split_counts(layers: int, gpus: int) -> tuple[int, int, int]:
+    """(first, fullest middle, last) GPU's layers under llama.cpp's default `-sm layer` on equal
+    GPUs: layer i goes to GPU upper_bound(splits, i / (layers + 1)), the output layer counting as
+    one more (`llm_load_tensors`, 2024: act_gpu_layers = min(n_gpu_layers, n_layer + 1); splits by
+    free memory). Llama 3 8B on 4 GPUs: 9, 8, 8, 7 (XiongjieDai's L40S_4_v3.ipynb: KV buffers of
+    288, 256, 256 and 224 MiB at 32 MiB a layer; 6 and 8 GPUs' logs agree); 70B: 21, 20, 20, 19."""
+    units = layers + 1
+    bounds = [int(np.floor(g * units / gpus - 1e-9)) + 1 if g else 0 for g in range(gpus + 1)]
+    counts = [bounds[g + 1] - bounds[g] for g in range(gpus)]
+    counts[-1] -= 1  # the output layer
+    return counts[0], max(counts[1:-1], default=0), counts[-1]
+
+
+def queued_makespan_s(
+    costs: tuple[Number, Number, Number],
+    ops: tuple[Number, Number, Number],
+    pp: Number,
+    micro_batches: Number,
+    queue_ops: float = LAUNCH_QUEUE_OPS,
+) -> Number:
+    """Seconds for m micro-batches over p stages under "events" with a launch queue of `queue_ops`
+    operations per stream (module docstring): the host walks micro-batch k's stages in order,
+    waits for stage j's copy slot (micro-batch k - 4 on GPU j), and queues the stage's `ops`
+    operations, each when the stream holds fewer than `queue_ops`; a stage starts when its
+    first operation is queued, its input is ready and its GPU is free, and retires its operations
+    evenly over its cost. `costs`/`ops` are the first, a middle and the last stage's."""
+    p = np.asarray(pp, dtype=float)
+    m = np.asarray(micro_batches, dtype=float)
+    shape = np.broadcast(p, m, *costs, *ops).shape
+    p, m = np.broadcast_to(p, shape), np.broadcast_to(m, shape)
+    n_p, n_m = int(np.max(p)), int(np.max(m))
+    starts = np.zeros((n_m, n_p, *shape))
+    ends = np.zeros((n_m, n_p, *shape))
+    host = np.zeros(shape)
+
+    def done(j: int, x: np.ndarray, c: np.ndarray, n: np.ndarray, k: int) -> np.ndarray:
+        kk = np.clip(np.floor(x / n), 0, k)  # the stage of stream j's x-th operation
+        at = np.take_along_axis(starts[:, j], kk[None].astype(int), axis=0)[0]
+        return where(x >= 0, at + (x - kk * n + 1.0) * c / n, -np.inf)
+
+    for k in range(n_m):
+        for j in range(n_p):
+            live = (k < m) & (j < p)
+            c = np.broadcast_to(where(j == 0, costs[0], where(j == p - 1, costs[2], costs[1])), shape)
+            n = np.broadcast_to(np.maximum(where(j == 0, ops[0], where(j == p - 1, ops[2], ops[1])), 1.0), shape)
+            h = np.maximum(host, ends[k - SCHED_MAX_COPIES, j]) if k >= SCHED_MAX_COPIES else host
+            first = np.maximum(h, done(j, k * n - queue_ops, c, n, k))
+            start = np.maximum(first, ends[k - 1, j] if k else 0.0)
+            start = np.maximum(start, ends[k, j - 1] if j else 0.0)
+            starts[k, j], ends[k, j] = where(live, start, 0.0), where(live, start + c, 0.0)
+            host = where(live, np.maximum(first, done(j, (k + 1) * n - 1.0 - queue_ops, c, n, k)), host)
+    last = np.take_along_axis(ends.reshape(n_m * n_p, *shape), ((m - 1) * n_p + p - 1)[None].astype(int), axis=0)[0]
+    return where(p == 1, m * np.asarray(costs[0]), last)
+
+
 def layer_split_prompt_s(
     per_stage: tuple[Number, Number, Number],
     middle_sum: Number,
     pp: Number,
     micro_batches: Number,
     scheduler: str,
+    stage_ops: tuple[Number, Number, Number] | None = None,
 ) -> Number:
     """Seconds for a prompt of m micro-batches over a layer split of p GPUs; `per_stage` the first,
     a middle and the last stage's cost per micro-batch (sends included), `middle_sum` all middle
-    stages together."""
+    stages together; `stage_ops` their stream operations where "events" meets the launch queue
+    (`queued_makespan_s`; None: a queue without limit)."""
     if scheduler not in SCHEDULERS:
         raise ValueError(f"llama.cpp scheduler {scheduler!r}: choose {', '.join(SCHEDULERS)}")
+    if scheduler == "events" and stage_ops is not None:
+        return queued_makespan_s(per_stage, stage_ops, pp, micro_batches)
     p = np.asarray(pp, dtype=float)
     c0, cm, cl = per_stage
     c_max = np.maximum(np.maximum(c0, where(p > 2, cm, 0.0)), where(p > 1, cl, 0.0))
