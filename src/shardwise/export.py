@@ -278,7 +278,9 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
                 "time_s_low": [None if v != v else v for v in plain(result.band(s)[0])],
                 "time_s_high": [None if v != v else v for v in plain(result.band(s)[1])],
                 # null where the plan is invalid (never priced there: not out of memory), as `valid` says
-                "fits_in_memory": [bool(f) if t == t else None for f, t in zip(plain(s.fits), plain(s.time_s), strict=True)],
+                "fits_in_memory": [
+                    bool(f) if t == t else None for f, t in zip(plain(s.fits), plain(s.time_s), strict=True)
+                ],
                 "valid": [bool(t == t) for t in plain(s.time_s)],
                 "recompute": recompute_label(result.experiment, plans[s.plan]),  # "" outside training
             }

@@ -349,7 +349,9 @@ class SweepRequest:
         ignore = self.experiment.ignore_memory
         result = run_sweep(exp, grid, breakdown=self.breakdown, progress=progress, ignore_memory=ignore)
         check_valid_somewhere(exp, result, grid)
-        notes = built.notes + swept_notes(self.experiment, [name for name, _ in grid]) + invalid_notes(exp, result, grid)
+        notes = (
+            built.notes + swept_notes(self.experiment, [name for name, _ in grid]) + invalid_notes(exp, result, grid)
+        )
         return SweepResult(self, result, time.perf_counter() - start, notes)
 
     def stream(self, write: Any, progress: Any = None, built: BuiltExperiment | None = None) -> SweepResult:
@@ -365,7 +367,9 @@ class SweepRequest:
         ignore = self.experiment.ignore_memory
         totals = stream_sweep(exp, grid, write, progress=progress, breakdown=self.breakdown, ignore_memory=ignore)
         check_valid_somewhere(exp, totals, grid)
-        notes = built.notes + swept_notes(self.experiment, [name for name, _ in grid]) + invalid_notes(exp, totals, grid)
+        notes = (
+            built.notes + swept_notes(self.experiment, [name for name, _ in grid]) + invalid_notes(exp, totals, grid)
+        )
         return SweepResult(self, totals, time.perf_counter() - start, notes)
 
 
