@@ -242,6 +242,19 @@ def test_deepspeed_batch_adds_up_over_data_parallel_ranks_only():
     assert a["--num-attention-heads"] == ["32", "--num-key-value-heads", "8"] and "--swiglu" in a
 
 
+def test_deepspeed_launch_names_the_json_zero_stage():
+    """Megatron-DeepSpeed's --zero-stage defaults to 1 (megatron/arguments.py @4efb479d) and nothing
+    reads ds_config.json's stage back: pretrain_gpt.py builds the model under deepspeed.zero.Init only
+    when args.zero_stage == 3, so a ZeRO-3 JSON without the flag builds every rank unsharded (review 43)."""
+    plans = [dict(tp=1, pp=1, dp=8, global_batch=64, zero_stage=z) for z in (0, 1, 2, 3)]
+    plans.append(dict(tp=1, pp=2, dp=4, global_batch=64, zero_stage=3))  # the pipeline engine: ZeRO-1
+    for fields in plans:
+        launch = emit(_scn("llama3-8b", nodes=1, **fields), "deepspeed")
+        stage = json.loads(dict(launch.files)["ds_config.json"])["zero_optimization"]["stage"]
+        assert _args(launch)["--zero-stage"] == [str(stage)], fields
+        assert stage == (1 if fields["pp"] > 1 else fields["zero_stage"]), fields
+
+
 def test_deepspeed_config_passes_deepspeeds_own_check_when_installed():
     ds = pytest.importorskip("deepspeed.runtime.config")
     launch = emit(_scn("gpt-1.7b", "dgx-a100", 1, tp=1, pp=1, dp=8, global_batch=64, micro_batch=2), "deepspeed")

@@ -2,6 +2,7 @@
 
 import csv
 import io
+import json
 
 import numpy as np
 import pytest
@@ -139,6 +140,10 @@ def test_a_streamed_sweep_writes_the_table_the_whole_sweep_does(tmp_path, suffix
             assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), name
     assert totals.winner_cells() == whole.winner_cells()
     assert all(totals.valid_somewhere(p) == whole.valid_somewhere(p) for p in whole.plans)
+    assert totals.invalid_cells() == whole.invalid_cells()
+    assert any(any(c.values()) for c in whole.invalid_cells().values())
+    assert totals.wins_beside_invalid() == whole.wins_beside_invalid()
+    assert totals.invalid_tallies() == whole.invalid_tallies()
 
 
 def test_a_failed_stream_leaves_no_file(tmp_path):
@@ -183,10 +188,72 @@ def test_a_plan_that_does_not_fit_wins_no_cell_unless_memory_is_ignored(cli):
     code, out, err = cli(args)
     assert code == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
+    plan = "tp=1,ep=8,zero=3"  # mixtral's state needs > 8 x 80 GB; batch 8 on 16 GPUs: invalid, not priced
     assert rows and all(
-        r["fits_in_memory[tp=1,ep=8,zero=3]"] == "false" for r in rows
-    )  # mixtral's state needs > 8 x 80 GB
+        r[f"fits_in_memory[{plan}]"] == ("false" if r[f"valid[{plan}]"] == "true" else "") for r in rows
+    )
+    assert [r[f"valid[{plan}]"] for r in rows] == ["true", "false", "true", "true"]
     assert all(r["winner_plan"] == "" for r in rows)
     code, out, err = cli([*args, "--ignore-memory"])
     assert code == 0, err
     assert any(r["winner_plan"] for r in csv.DictReader(io.StringIO(out)))
+
+
+# review 43 #2: dp=2 plans cannot split an odd batch; tp=8,pp=8 (dp=1) can
+SPLIT = ["sweep", "--model", "llama3-70b", "--system", "dgx-h100", "--nodes", "8", "--plan", "tp=8,pp=4",
+         "--plan", "tp=8,pp=8", "--plan", "tp=4,pp=8", "--vary", "batch=64..80",
+         "--framework", "torchtitan"]  # fmt: skip
+
+
+def test_a_plan_that_cannot_split_a_batch_is_invalid_there_not_out_of_memory(cli):
+    """Its time and fits_in_memory are empty and valid[PLAN] false at an odd batch (it fits at the
+    even ones): 'fits_in_memory=false' called a plan that fits out of memory (review 43 #2)."""
+    code, out, err = cli([*SPLIT, "-o", "-"])
+    assert code == 0, err
+    rows = {r["batch"]: r for r in csv.DictReader(io.StringIO(out))}
+    odd, even = rows["65"], rows["66"]
+    for plan in ("tp=8,pp=4", "tp=4,pp=8"):
+        assert (odd[f"time_s[{plan}]"], odd[f"fits_in_memory[{plan}]"], odd[f"valid[{plan}]"]) == ("", "", "false")
+        assert (even[f"fits_in_memory[{plan}]"], even[f"valid[{plan}]"]) == ("true", "true")
+    assert (odd["valid[tp=8,pp=8]"], odd["winner_plan"]) == ("true", "tp=8,pp=8")
+
+
+def test_wins_beside_an_invalid_plan_are_counted_apart_and_named(cli):
+    """The wins table counted the odd batches as wins of the only plan valid there, with a footnote
+    about memory only; now the cells each plan won beside an invalid one and those where each is
+    invalid are counted apart, a note names each partly invalid plan and its rule, and the batch
+    step every plan can run is given (review 43 #2)."""
+    code, out, err = cli([*SPLIT, "--json"])
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["winner_cells"]["nvlink4"]["tp=8,pp=8"] == 8  # the 8 odd batches of 64..80
+    assert d["wins_beside_invalid"]["nvlink4"] == {"tp=8,pp=4": 0, "tp=8,pp=8": 8, "tp=4,pp=8": 0}
+    assert d["invalid_cells"]["nvlink4"] == {"tp=8,pp=4": 8, "tp=8,pp=8": 0, "tp=4,pp=8": 8}
+    notes = " ".join(d["notes"])
+    assert "--plan tp=8,pp=4 is invalid at 8 of 17 grid points (first at batch 65: the batch must be" in notes
+    assert "tp=8,pp=8 is invalid" not in notes and "--vary batch=64..80:9" in notes
+    code, text, err = cli(SPLIT)
+    flat = " ".join(text.split())  # the table and its footnote wrap at the terminal's width
+    assert code == 0 and "invalid (not" in text and "'beside an invalid plan' counts those wins" in flat, err
+    assert "--vary batch=64..80:9" in err
+    code, out, err = cli([*SPLIT[:-4], "--vary", "batch=64..80:9", "--framework", "torchtitan", "--json"])
+    assert code == 0 and not any(n for c in json.loads(out)["invalid_cells"].values() for n in c.values()), err
+
+
+def test_crossover_and_sensitivity_json_leave_fits_empty_where_a_plan_is_invalid(cli):
+    """crossover --json's fits_in_memory was false at an odd batch where tp=8,pp=4 (dp 2) is invalid,
+    and sensitivity's fits_low false where layers/2 does not split over pp 8: never priced there,
+    so null, with crossover's `valid` false and a note naming the plan (review 43 #2)."""
+    code, out, err = cli(["crossover", *SPLIT[1:7], "--plan", "tp=8,pp=4", "--plan", "tp=8,pp=8",
+                          "--vary", "batch=64..66", "--framework", "torchtitan", "--no-plot", "--json"])  # fmt: skip
+    assert code == 0, err
+    d = json.loads(out)
+    series = {s["plan"]: s for s in d["series"]}
+    assert series["tp=8,pp=4"]["fits_in_memory"] == [True, None, True]
+    assert series["tp=8,pp=4"]["valid"] == [True, False, True] and series["tp=8,pp=8"]["valid"] == [True] * 3
+    assert any("--plan tp=8,pp=4 is invalid at 1 of 3 grid points" in n for n in d["notes"])
+    sens = ["sensitivity", "--no-plot", "--plan", "tp=1,pp=8", "--plan", "tp=8", "--layers", "8", "--json"]
+    code, out, err = cli(sens)
+    assert code == 0, err
+    bars = {b["input"]: b for b in json.loads(out)["one_at_a_time"]["NVLink"]["bars"]}
+    assert (bars["layers"]["ratio_low"], bars["layers"]["fits_low"], bars["layers"]["fits_high"]) == (None, None, True)

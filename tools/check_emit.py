@@ -14,7 +14,8 @@ stubbed (the GPU's compute capability comes from the plan's system):
   each pipeline rank under the schedule's stage placement; FSDP2's reshard policy as torchtitan
   resolves it (ZeRO-2/3), the HSDP shard group, torch.compile of the model and async TP;
 - deepspeed: DeepSpeed's `DeepSpeedConfig` on ds_config.json with the data-parallel world size,
-  Megatron-DeepSpeed's `parse_args` and `validate_args`, and DeepSpeed's `partition_balanced`
+  Megatron-DeepSpeed's `parse_args` and `validate_args` (its `--zero-stage` against the JSON's stage:
+  pretrain_gpt.py reads the flag, never the JSON), and DeepSpeed's `partition_balanced`
   stage split compared with the stages shardwise priced;
 - vllm: each serving plan through `shardwise serve --emit vllm --json` (in-flight batching, as a
   user runs it), then `FlexibleArgumentParser` + `EngineArgs.add_cli_args` / `from_cli_args`

@@ -274,6 +274,9 @@ def deepspeed(job: dict, opts: dict) -> str:
     args = DS["MA"].parse_args()
     DS["MA"].validate_args(args)
     expect("data-parallel size", args.data_parallel_size, e["dp"])
+    # --zero-stage (default 1) is what pretrain_gpt.py reads (deepspeed.zero.Init(enabled=args.zero_stage
+    # == 3)); nothing reads it from ds_config.json, so the two must agree (review 43)
+    expect("--zero-stage against ds_config.json's stage", int(args.zero_stage), ds.zero_optimization_stage)
     expect("KV heads", args.num_key_value_heads, e["kv_heads"])
     expect("FFN", args.ffn_hidden_size, e["ffn"])
     if e["pp"] > 1:  # GPTModelPipe: embedding, the transformer layers, final norm and head; type:transformer

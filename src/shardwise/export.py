@@ -278,7 +278,11 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
                 "time_s": [None if v != v else v for v in plain(s.time_s)],
                 "time_s_low": [None if v != v else v for v in plain(result.band(s)[0])],
                 "time_s_high": [None if v != v else v for v in plain(result.band(s)[1])],
-                "fits_in_memory": plain(s.fits),
+                # null where the plan is invalid (never priced there: not out of memory), as `valid` says
+                "fits_in_memory": [
+                    bool(f) if t == t else None for f, t in zip(plain(s.fits), plain(s.time_s), strict=True)
+                ],
+                "valid": [bool(t == t) for t in plain(s.time_s)],
                 "recompute": recompute_label(result.experiment, plans[s.plan]),  # "" outside training
             }
             for s in result.series
@@ -319,6 +323,10 @@ def sweep_dict(result: Any, elapsed: float) -> dict[str, Any]:
         "seconds": elapsed,
         "configurations_per_s": result.points / elapsed if elapsed > 0 else None,
         "winner_cells": result.winner_cells(),
+        # cells where a plan's layout is invalid (not priced: neither out of memory nor lost), and the
+        # cells each plan won where another plan is invalid (won among fewer plans; review 43 #2)
+        "invalid_cells": result.invalid_cells(),
+        "wins_beside_invalid": result.wins_beside_invalid(),
         # what each training plan recomputes (`analyses.evaluate.recompute_label`; "" outside training)
         "recompute_by_plan": {p.label: recompute_label(result.experiment, p) for p in result.experiment.plans},
         "interval": {

@@ -87,8 +87,14 @@ class _ParquetBlocks:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        text = [k for k, v in columns.items() if v.dtype == object]
-        arrays = {k: pa.array(v, type=pa.string()).dictionary_encode() if k in text else v for k, v in columns.items()}
+        # an object column of true/false/None (a sweep's fits_in_memory[PLAN], empty where the plan is
+        # invalid) is a nullable boolean; any other object column is text
+        flags = [k for k, v in columns.items() if v.dtype == object and _nullable_flags(v)]
+        text = [k for k, v in columns.items() if v.dtype == object and k not in flags]
+        arrays = {
+            k: pa.array(v, type=pa.string()).dictionary_encode() if k in text else pa.array(v) if k in flags else v
+            for k, v in columns.items()
+        }
         table = pa.table(arrays)
         if self.writer is None:
             self.writer = pq.ParquetWriter(self.path, table.schema, use_dictionary=text or False)
@@ -97,6 +103,16 @@ class _ParquetBlocks:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def _nullable_flags(values: np.ndarray) -> bool:
+    """An object column of booleans and None (Arrow infers a boolean type for it)."""
+    import pyarrow as pa
+
+    try:
+        return bool(pa.types.is_boolean(pa.array(values).type))
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return False
 
 
 def _cells(values: np.ndarray) -> list[str]:

@@ -210,10 +210,9 @@ def format_seconds(t_s: float, digits: int = 3) -> str:
     """Readable time: 0.0123 -> '12.3 ms' (`digits` significant); '-' where there is none (NaN, inf)."""
     if not math.isfinite(t_s):
         return "-"
-    a = abs(t_s)
+    a = abs(float(f"{t_s:.{digits}g}"))  # as rounded: 999.6 s is '1,000 s', not '1e+03 s'
     if a >= 1e3:  # whole seconds with separators, not '2.04e+03 s'; decimals only past 3 digits
-        decimals = max(0, digits - len(str(int(a))))
-        return f"{t_s:,.{decimals}f} s"
+        return f"{_significant(t_s, digits)} s"
     if a >= 1.0 or a == 0.0:
         return f"{t_s:.{digits}g} s"
     if a >= 1e-3:
@@ -232,13 +231,24 @@ def format_seconds_beside(t_s: float, limit_s: float) -> str:
     return format_seconds(t_s, digits)
 
 
+def _significant(x: float, digits: int = 3) -> str:
+    """`digits` significant digits, as `format_seconds` writes a number: from 1,000 on whole with
+    separators ('1,370', not '1.37e+03'), decimals only below `digits` whole digits."""
+    a = abs(float(f"{x:.{digits}g}"))  # 999.6 rounds to 1,000 (not '1e+03')
+    if a >= 1e3:
+        return f"{x:,.{max(0, digits - len(str(int(a))))}f}"
+    return f"{x:.{digits}g}"
+
+
 def format_seconds_range(low_s: float, high_s: float) -> str:
-    """An interval in one unit (the high end's): (0.95, 1.12) -> '0.95-1.12 s'; '-' without one."""
+    """An interval in one unit (the high end's), each end as `format_seconds` writes it: (0.95, 1.12)
+    -> '0.95-1.12 s', (926, 1370) -> '926-1,370 s' (review 43 #10: it was '926-1.37e+03 s'); '-'
+    without one."""
     if not (math.isfinite(low_s) and math.isfinite(high_s)):
         return "-"
     a = abs(high_s)
     scale, unit = next(((s, u) for s, u in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")) if a >= s), (1e-9, "ns"))
-    return f"{low_s / scale:.3g}-{high_s / scale:.3g} {unit}"
+    return f"{_significant(low_s / scale)}-{_significant(high_s / scale)} {unit}"
 
 
 def share_or_bytes(flag: str, text: str, capacity_bytes: float) -> float:

@@ -269,13 +269,23 @@ def candidates_with_twins(
         schedule=lambda r, o: sched[code[r], o % k, 0],
         vpp=lambda r, o: sched[code[r], o % k, 1],
     )
-    # with fused (flash) attention, selective recomputation keeps what none keeps and reruns the
-    # attention forward: never better than none, so it is searched only when asked for
-    flash = space.execution.get("flash_attention", True)
+    # Megatron's selective policy (Korthikanti et al. 2022: the attention core, `selective_policy`
+    # "attention", --recompute-modules core_attn) under fused (flash) attention keeps what none keeps
+    # and reruns the attention forward: never better than none, so it is searched only when asked for.
+    # Any other policy differs from none and is searched (torchtitan's per-op SAC, "op", which saves
+    # about half the matmul outputs: torchtitan/distributed/activation_checkpoint.py @b5bcd76c
+    # `_op_sac_save_list`; JAX remat policies; more Megatron modules) (review 43 #4)
+    modules = space.execution.get("recompute_modules") or ()
+    modules = set(modules.split(",") if isinstance(modules, str) else modules) - {""}
+    redundant = (
+        space.execution.get("flash_attention", True)
+        and space.execution.get("selective_policy", "attention") == "attention"
+        and modules <= {"core_attn"}
+    )
     rc = [
         int(r)
         for r in Recompute
-        if (r.label in space.recompute if space.recompute is not None else not (flash and r == Recompute.SELECTIVE))
+        if (r.label in space.recompute if space.recompute is not None else not (redundant and r == Recompute.SELECTIVE))
     ]
     if space.execution.get("offload_activation_layers"):  # and without recomputation (`rules.offload_rule`)
         rc = [r for r in rc if r == int(Recompute.NONE)]

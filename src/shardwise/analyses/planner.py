@@ -10,8 +10,9 @@ and the loss as a layer each); dp divides the global batch; the
 micro-batch divides the batch per replica; virtual stages (interleaved schedule only, with the
 micro-batch count a multiple of pp) divide the layers of every full stage, so each model chunk
 holds whole layers; recompute
-none / selective / full (selective only without fused attention: with it, selective keeps what
-none keeps and reruns the attention forward);
+none / selective / full (Megatron's selective, the attention core, only without fused attention:
+with it, selective keeps what none keeps and reruns the attention forward; another stack's
+selective, torchtitan's per-op policy or a JAX remat policy, differs from none and is searched);
 sequence parallelism when tp > 1 (always, for a mixture of experts); context parallelism from
 8K-token sequences on (or as fixed); expert parallelism for a
 mixture of experts (ep dividing the experts and the tp x dp ranks, experts kept whole: etp = 1);

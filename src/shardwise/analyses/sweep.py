@@ -113,6 +113,27 @@ class SweepResult:
             out[link] = counts
         return out
 
+    def invalid_cells(self) -> dict[str, dict[str, int]]:
+        """link -> plan -> grid cells where the plan is invalid: its layout cannot run the point
+        (not priced; neither out of memory nor a loss)."""
+        return {lk: {p: int(np.isnan(self.times_s[(lk, p)]).sum()) for p in self.plans} for lk in self.links}
+
+    def wins_beside_invalid(self) -> dict[str, dict[str, int]]:
+        """link -> plan -> grid cells it wins where another plan is invalid (won among fewer plans;
+        `analyses.sweep_invalid`)."""
+        from shardwise.analyses.sweep_invalid import wins_beside_invalid
+
+        return {
+            lk: wins_beside_invalid(self.plans, np.stack([self.times_s[(lk, p)] for p in self.plans]), self.winner(lk))
+            for lk in self.links
+        }
+
+    def invalid_tallies(self) -> dict[str, Any]:
+        """plan -> where it is invalid (`analyses.sweep_invalid.InvalidTally`), every link together."""
+        from shardwise.analyses.sweep_invalid import tallies
+
+        return tallies(self)
+
     @property
     def per_point_bands(self) -> bool:
         """Each point has its own band width (a calibrated sweep)."""
@@ -123,7 +144,9 @@ class SweepResult:
         return any(bool(np.any(~np.isnan(self.times_s[(link, plan)]))) for link in self.links)
 
     def columns(self) -> Iterator[tuple[str, np.ndarray]]:
-        """Wide table, one row per (link, grid point): the variables, each plan's time, winner, margin."""
+        """Wide table, one row per (link, grid point): the variables, each plan's time, whether it
+        fits in memory (empty where the plan is invalid: never priced there) and whether it is valid,
+        winner, margin."""
         mesh = np.meshgrid(*self.axes, indexing="ij")
         n = int(np.prod(self.shape))
         yield "link", np.repeat(np.array(self.links, dtype=object), n)
@@ -134,7 +157,11 @@ class SweepResult:
             yield f"time_s[{plan}]", np.concatenate([self.times_s[(link, plan)].ravel() for link in self.links])
             yield f"time_s_low[{plan}]", np.concatenate([lo.ravel() for lo, _ in bands])
             yield f"time_s_high[{plan}]", np.concatenate([hi.ravel() for _, hi in bands])
-            yield f"fits_in_memory[{plan}]", np.concatenate([self.fits[(link, plan)].ravel() for link in self.links])
+            valid = np.concatenate([~np.isnan(self.times_s[(link, plan)]).ravel() for link in self.links])
+            fits = np.concatenate([self.fits[(link, plan)].ravel() for link in self.links]).astype(object)
+            fits[~valid] = None
+            yield f"fits_in_memory[{plan}]", fits
+            yield f"valid[{plan}]", valid
             for term in self.parts.get((self.links[0], plan), {}):
                 yield f"{term}_s[{plan}]", np.concatenate([self.parts[(lk, plan)][term].ravel() for lk in self.links])
         names = np.array([*self.plans, ""], dtype=object)
@@ -202,6 +229,9 @@ class SweepTotals:
     cells: dict[str, dict[str, int]]  # link -> plan (or "none valid") -> cells won
     valid: dict[str, bool]  # plan -> valid at some point on some link
     per_point_bands: bool
+    invalid: dict[str, dict[str, int]] = field(default_factory=dict)  # link -> plan -> cells invalid
+    beside_invalid: dict[str, dict[str, int]] = field(default_factory=dict)  # link -> plan -> won beside one
+    tallied: dict[str, Any] = field(default_factory=dict)  # plan -> analyses.sweep_invalid.InvalidTally
 
     @property
     def points(self) -> int:
@@ -212,6 +242,15 @@ class SweepTotals:
 
     def valid_somewhere(self, plan: str) -> bool:
         return self.valid[plan]
+
+    def invalid_cells(self) -> dict[str, dict[str, int]]:
+        return self.invalid
+
+    def wins_beside_invalid(self) -> dict[str, dict[str, int]]:
+        return self.beside_invalid
+
+    def invalid_tallies(self) -> dict[str, Any]:
+        return self.tallied
 
 
 def stream_sweep(
@@ -226,11 +265,16 @@ def stream_sweep(
     """`run_sweep` whose table (`SweepResult.columns`, the same rows in the same order: link by
     link, the grid in C order) goes to `write` one block at a time; only the totals stay in
     memory, so a grid of up to MAX_STREAMED configurations takes the memory of one block."""
+    from shardwise.analyses.sweep_invalid import merge
+
     names, axes = _axes(grid)
     check_size(int(np.prod([len(a) for a in axes])) * len(exp.links) * len(exp.plans), limit=MAX_STREAMED)
     plans = tuple(p.label for p in exp.plans)
     cells = {lk.label: dict.fromkeys([*plans, "none valid"], 0) for lk in exp.links}
     valid = dict.fromkeys(plans, False)
+    invalid = {lk.label: dict.fromkeys(plans, 0) for lk in exp.links}
+    beside = {lk.label: dict.fromkeys(plans, 0) for lk in exp.links}
+    tallied: dict[str, Any] = {}
     per_point = False
     for link in exp.links:
         for _, _, block in _blocks(axes, block_points):
@@ -238,13 +282,19 @@ def stream_sweep(
             write(dict(result.columns()))
             for name, count in result.winner_cells()[link.label].items():
                 cells[link.label][name] += count
+            block_invalid, block_beside = result.invalid_cells()[link.label], result.wins_beside_invalid()[link.label]
+            block_tallies = result.invalid_tallies()
             for plan in plans:
                 valid[plan] |= result.valid_somewhere(plan)
+                invalid[link.label][plan] += block_invalid[plan]
+                beside[link.label][plan] += block_beside[plan]
+                t = block_tallies[plan]
+                tallied[plan] = merge(tallied[plan], t) if plan in tallied else t
             per_point |= bool(result.log_sd)
             if progress is not None:
                 progress(result.points)
     labels = tuple(lk.label for lk in exp.links)
-    return SweepTotals(exp, names, axes, labels, plans, cells, valid, per_point)
+    return SweepTotals(exp, names, axes, labels, plans, cells, valid, per_point, invalid, beside, tallied)
 
 
 def _axes(grid: Sequence[tuple[str, np.ndarray]]) -> tuple[tuple[str, ...], tuple[np.ndarray, ...]]:

@@ -78,8 +78,9 @@ search_options = _stack(
         "--recompute",
         callback=_names(("none", "selective", "full")),
         metavar="MODE[,MODE...]",
-        help="Allowed recomputation: none, selective, full [default: all; selective only without "
-        "flash attention, where it differs from none].",
+        help="Allowed recomputation: none, selective, full [default: all; Megatron's selective (the "
+        "attention core) only without flash attention, where it differs from none; other stacks' selective "
+        "(torchtitan's per-op, JAX remat policies) always].",
     ),
     click.option(
         "--sequence-parallel",

@@ -210,13 +210,23 @@ def _print(summary: dict[str, Any], out_path: str | None, map_path: str | None) 
     plans = [p for p in next(iter(summary["winner_cells"].values())) if p != "none valid"]
     for p in [*plans, "none valid"]:
         table.add_column(p, justify="right")
+    invalid, beside = summary.get("invalid_cells", {}), summary.get("wins_beside_invalid", {})
     for link, counts in summary["winner_cells"].items():
         table.add_row(link, *(f"{counts[p]:,}" for p in [*plans, "none valid"]))
+        if any(invalid.get(link, {}).values()):  # review 43 #2: won among fewer plans, and where invalid
+            table.add_row("  of which beside an invalid plan", *(f"{beside[link][p]:,}" for p in plans), "")
+            table.add_row("  invalid (not priced)", *(f"{invalid[link][p]:,}" for p in plans), "")
     out.print(table)
     out.print(
         "[dim]a plan that does not fit in GPU memory wins no cell unless --ignore-memory; none valid: no plan "
         "valid there that may win[/]"
     )
+    if any(n for counts in invalid.values() for n in counts.values()):
+        out.print(
+            "[dim]invalid: the plan's layout cannot run that point (e.g. the batch does not split over its "
+            "data-parallel ranks x micro-batch); it is neither out of memory nor a loss, and the plans valid "
+            "there are compared without it: 'beside an invalid plan' counts those wins[/]"
+        )
     if out_path:
         out.print(f"grid written to {out_path}")
     if map_path:

@@ -75,9 +75,11 @@ def timeline(plot_path: str | None, no_plot: bool, trace_path: str | None, as_js
         click.echo(export.dumps(result.as_dict(), compact=len(sim.records) > COMPACT_JSON_OPERATIONS))
         return
     interval = (result.step_time_s_low, result.step_time_s_high, result.interval_basis)
-    from shardwise.presets.stack_defaults import recompute_origin
+    from shardwise.requests.emit_stack import recompute_words
 
-    recompute_from = recompute_origin(request.framework, request.recompute, request.recompute_layers, scn.plan)
+    recompute_from = recompute_words(
+        request.framework, request.recompute, request.recompute_layers, scn.plan, scn.model
+    )
     _print(sim_step, result.closed_form_step_time_s, figure, trace_path, interval, recompute_from)
 
 

@@ -200,7 +200,11 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--deepspeed-activation-checkpointing", "--partition-activations") if rc == Recompute.FULL and part else None,
         ("--recompute-granularity", "selective") if rc == Recompute.SELECTIVE else None,
         ("--bf16",) if p.precision == "bf16" else ("--fp16",),
+        # megatron/arguments.py @4efb479d: --zero-stage defaults to 1 and nothing reads the stage back
+        # from ds_config.json; pretrain_gpt.py builds the model under deepspeed.zero.Init(enabled=
+        # args.zero_stage == 3), training.py branches on args.zero_stage > 0: the flag is the JSON's stage
         ("--deepspeed", "--deepspeed_config", "ds_config.json"),
+        ("--zero-stage", str(i(config(scn)["zero_optimization"]["stage"]))),  # type: ignore[index]
     )
     env = (("CUDA_DEVICE_MAX_CONNECTIONS", "1"),) if sp else ()  # Megatron-DeepSpeed asks it on every GPU
     if bool(p.expandable_segments):  # Plan.expandable_segments: the caching allocator's setting

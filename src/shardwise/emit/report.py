@@ -51,9 +51,13 @@ def text(launch: dict[str, Any], which: str = "the best plan") -> str:
         stack = f", priced under {stack} (--framework), not {own[0]}"
     head = f"\nlaunch {which} with {launch['target']} ({launch['version']}){stack}:"
     if launch["changes"]:
+        launched, priced = (format_seconds(launch[k]) for k in ("launched_step_time_s", "priced_step_time_s"))
+        # the same time as shown: not '104 s per step instead of 104 s' (review 43 #10); the launch's
+        # '# launched as re-priced' lines say what differs
+        same = f"(its '# launched as re-priced' lines), re-priced at the same {launched} per step"
+        price = same if launched == priced else f"re-priced: {launched} per step instead of {priced}"
         head += (
-            f"\n{launch['target']} runs a different plan, re-priced: {format_seconds(launch['launched_step_time_s'])} "
-            f"per step instead of {format_seconds(launch['priced_step_time_s'])} "
+            f"\n{launch['target']} runs a different plan{' ' if launched == priced else ', '}{price} "
             f"({launch['launched_memory_bytes'] / 1e9:.1f} GB per GPU)"
         )
     return f"{head}\n{launch['shell']}"

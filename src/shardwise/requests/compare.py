@@ -236,7 +236,9 @@ class CrossoverRequest:
             )
         result = run_crossover(exp, variable, values, ignore_memory=self.experiment.ignore_memory)
         check_plans_valid(exp, variable, values, {s.plan: s.time_s for s in result.series_for(exp.links[0].label)})
-        notes = built.notes + swept_notes(self.experiment, [variable])
+        from shardwise.analyses.sweep_invalid import crossover_notes
+
+        notes = built.notes + swept_notes(self.experiment, [variable]) + crossover_notes(exp, result)
         return CrossoverResult(self, result, built.describe(variable), notes)
 
 
@@ -347,7 +349,9 @@ class SweepRequest:
         ignore = self.experiment.ignore_memory
         result = run_sweep(exp, grid, breakdown=self.breakdown, progress=progress, ignore_memory=ignore)
         check_valid_somewhere(exp, result, grid)
-        notes = built.notes + swept_notes(self.experiment, [name for name, _ in grid])
+        notes = (
+            built.notes + swept_notes(self.experiment, [name for name, _ in grid]) + invalid_notes(exp, result, grid)
+        )
         return SweepResult(self, result, time.perf_counter() - start, notes)
 
     def stream(self, write: Any, progress: Any = None, built: BuiltExperiment | None = None) -> SweepResult:
@@ -363,8 +367,17 @@ class SweepRequest:
         ignore = self.experiment.ignore_memory
         totals = stream_sweep(exp, grid, write, progress=progress, breakdown=self.breakdown, ignore_memory=ignore)
         check_valid_somewhere(exp, totals, grid)
-        notes = built.notes + swept_notes(self.experiment, [name for name, _ in grid])
+        notes = (
+            built.notes + swept_notes(self.experiment, [name for name, _ in grid]) + invalid_notes(exp, totals, grid)
+        )
         return SweepResult(self, totals, time.perf_counter() - start, notes)
+
+
+def invalid_notes(exp: Any, result: Any, grid: list[Any]) -> tuple[str, ...]:
+    """A note per plan invalid on part of the grid (`analyses.sweep_invalid.invalid_notes`)."""
+    from shardwise.analyses.sweep_invalid import invalid_notes as notes
+
+    return notes(exp, result.invalid_tallies(), dict(grid))
 
 
 def check_valid_somewhere(exp: Any, result: Any, grid: list[Any]) -> None:

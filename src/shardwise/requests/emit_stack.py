@@ -149,3 +149,46 @@ def priced_launch(est: Any, target: str, version: str | None) -> dict[str, Any]:
             f"{format_capacity(capacity)}; fix the plan ({hint}--tp, --pp, --zero, --recompute, ...) until it fits"
         )
     return training_launch(est.scenario, target, version, capacity, float(est.step_time_s))
+
+
+def titan_config_recompute(framework: str | None, given: str | None, recompute_layers: Any, model: Any) -> Any:
+    """torchtitan's own config function for `model` (`emit.torchtitan.TitanModel`) where its
+    activation checkpointing differs from what a request on a torchtitan stack without --recompute
+    prices: the preset's default is the trainer's per-op SelectiveAC (pytorch/torchtitan#2357),
+    while llama3_70b, llama3_405b and others set FullAC (torchtitan/models/*/config_registry.py
+    @b5bcd76c), which `--emit torchtitan` prices (`launch_recompute`). None elsewhere (review 43 #3)."""
+    from shardwise.emit.torchtitan import titan_model
+    from shardwise.presets.stack_defaults import builtin_of, resolve_recompute
+
+    if builtin_of(framework or DEFAULT_FRAMEWORK) not in TARGET_STACKS["torchtitan"]:
+        return None
+    choice = resolve_recompute(framework, given, recompute_layers)
+    if choice.source != "framework default" or choice.every:
+        return None
+    titan = titan_model(model)
+    return titan if titan is not None and titan.recompute != choice.mode else None
+
+
+def recompute_words(framework: str | None, given: str | None, recompute_layers: Any, plan: Any, model: Any) -> str:
+    """The plan line's words on where its recompute mode came from (`stack_defaults.recompute_origin`),
+    and on a torchtitan stack where the model's own config runs another (`titan_config_recompute`):
+    "torchtitan's trainer default; its llama3_70b config runs full AC: --recompute full"."""
+    from shardwise.presets.stack_defaults import recompute_origin, resolve_recompute
+
+    titan = titan_config_recompute(framework, given, recompute_layers, model)
+    if titan is None:
+        return recompute_origin(framework, given, recompute_layers, plan)
+    shown = resolve_recompute(framework, given, recompute_layers).framework
+    ac = "full AC" if titan.recompute == "full" else "per-op selective AC"
+    return f"{shown}'s trainer default; its {titan.config} config runs {ac}: --recompute {titan.recompute}"
+
+
+def titan_config_json(training: Any, model: Any, emitted: str | None) -> dict[str, Any]:
+    """`predict --json`'s `torchtitan_config_recompute` ({"config": "llama3_70b", "recompute": "full"})
+    where the plan line names the model's torchtitan config (`titan_config_recompute`); {} elsewhere,
+    and where an --emit launch chose the recompute (`emitted`)."""
+    t = training
+    titan = None if emitted else titan_config_recompute(t.framework, t.recompute, t.recompute_layers, model)
+    return (
+        {} if titan is None else {"torchtitan_config_recompute": {"config": titan.config, "recompute": titan.recompute}}
+    )

@@ -70,9 +70,10 @@ class SensitivityResult:
                             "ratio_high": b.ratio_high,
                             "ratio_low_interval": list(b.band("low")),
                             "ratio_high_interval": list(b.band("high")),
-                            # both plans fit in GPU memory there (the text's '*' where not)
-                            "fits_low": bool(b.fits_low),
-                            "fits_high": bool(b.fits_high),
+                            # both plans fit in GPU memory there (the text's '*' where not); null where a
+                            # plan is invalid there (ratio null, the text's 'invalid': never priced)
+                            "fits_low": bool(b.fits_low) if b.ratio_low == b.ratio_low else None,
+                            "fits_high": bool(b.fits_high) if b.ratio_high == b.ratio_high else None,
                         }
                         for b in bars
                     ],

@@ -21,7 +21,7 @@ from typing import Any
 from shardwise.emit import TRAINING_TARGETS
 from shardwise.errors import SpecError
 from shardwise.precisions import FP8_PRECISIONS
-from shardwise.presets.stack_defaults import recompute_origin, resolve_recompute
+from shardwise.presets.stack_defaults import resolve_recompute
 from shardwise.requests import fields as F
 from shardwise.requests.field_names import check_names
 from shardwise.requests.field_ranges import check_training, require
@@ -233,11 +233,13 @@ class PredictResult:
 
     @property
     def recompute_from(self) -> str:
-        """The header's words on a recompute mode the framework chose (`stack_defaults.recompute_origin`)."""
+        """The header's words on a recompute mode the framework chose (`emit_stack.recompute_words`)."""
         t = self.request.training
         if self.emit_recompute_source is not None:
             return f"as the {self.emit_recompute_source.removeprefix('--emit ')} launch runs it; --recompute to choose"
-        return recompute_origin(t.framework, t.recompute, t.recompute_layers, self.scenario.plan)
+        from shardwise.requests.emit_stack import recompute_words
+
+        return recompute_words(t.framework, t.recompute, t.recompute_layers, self.scenario.plan, self.scenario.model)
 
     @property
     def recompute_source(self) -> str:
@@ -249,6 +251,7 @@ class PredictResult:
     def as_dict(self) -> dict[str, Any]:
         """The JSON `predict --json` prints."""
         from shardwise import export
+        from shardwise.requests.emit_stack import titan_config_json
 
         tokens, step = float(self.estimate.tokens_per_s), self.step_time_s
         low, high = self.step_time_s_low, self.step_time_s_high
@@ -265,6 +268,8 @@ class PredictResult:
             "interval": {"level": 0.8, "basis": self.interval_basis},
             "engine": self.request.engine,
             "recompute_source": self.recompute_source,
+            # where the model's torchtitan config runs another recompute (`emit_stack.titan_config_json`)
+            **titan_config_json(self.request.training, self.scenario.model, self.emit_recompute_source),
             "scenario": export.scenario_dict(self.estimate.scenario),
             # the command that prices the step; its launch, where asked, beside it
             # what was assumed (the command line prints them on stderr), and `plan`'s headroom where it is short
