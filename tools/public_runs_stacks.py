@@ -63,6 +63,11 @@ VERSIONS = (
 
 # (regex on the lower-cased model cell, preset), checked before the Megatron table's rules.
 MODELS = (
+    # Hugging Face's GPT-2 checkpoints (DeepSpeedExamples' autotuning tables): "GPT2 (HF gpt2, ...)"
+    (r"\(hf gpt2,", "gpt2-124m"),
+    (r"\(hf gpt2-medium,", "gpt2-medium"),
+    (r"\(hf gpt2-large,", "gpt2-large"),
+    (r"\(hf gpt2-xl,", "gpt2-xl"),
     (r"llama3-8b shape \(olmo-core\)", "olmo-core-llama3-8b"),
     (r"olmo2-1b|olmo-core 1b", "olmo-core-1b"),
     (r"olmo2-7b|olmo-core 7b", "olmo2-7b"),
