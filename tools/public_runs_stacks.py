@@ -140,6 +140,23 @@ INSTANCES = (
         " per node, 4 x NDR200 200 Gb/s, BSC's user guide)",
     ),
     (
+        "(gcp a3 mega 'a3-megagpu-8g'",
+        "gcp-a3-mega",
+        "system gcp-a3-mega: the source names A3 Mega (a3-megagpu-8g: 8 H100 80GB, 8 x 200 Gbps GPU NICs with"
+        " GPUDirect-TCPXO)",
+    ),
+    (
+        "(gcp a3 ultra 'a3-ultragpu-8g'",
+        "gcp-a3-ultra",
+        "system gcp-a3-ultra: the source names A3 Ultra (a3-ultragpu-8g: 8 H200 141GB, 8 x 400 Gbps ConnectX-7"
+        " GPUDirect RDMA over RoCE)",
+    ),
+    (
+        "(gcp a4 'a4-highgpu-8g'",
+        "gcp-a4",
+        "system gcp-a4: the source names A4 (a4-highgpu-8g: 8 B200, 8 x 400 Gbps ConnectX-7 GPUDirect RDMA over RoCE)",
+    ),
+    (
         "(aws p5.48xlarge",
         "aws-p5",
         "system aws-p5: the source names p5.48xlarge (8 H100 80GB SXM on NVSwitch, 32 x 100 Gbps EFA v2 per instance)",
