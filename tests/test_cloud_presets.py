@@ -98,7 +98,8 @@ def test_a3_high_all_reduce_across_nodes_is_slower_than_dgx_h100_by_its_nics():
 def test_public_runs_on_a_named_cloud_instance_use_its_preset_and_no_others_do():
     """A row takes a cloud preset when (and only when) its source names the instance
     (tools/public_runs_stacks.py INSTANCES): MaxText's 'A3 (h100-80gb-8)', the DeepSpeed blog's
-    NDm A100 v4 and the AWS blog's p5.48xlarge (torchtitan); the rows' notes say so."""
+    NDm A100 v4, the AWS blog's p5.48xlarge (torchtitan) and gpu-recipes' A3 Mega, A3 Ultra and A4
+    (MaxText); the rows' notes say so."""
     import csv
     from pathlib import Path
 
@@ -111,6 +112,9 @@ def test_public_runs_on_a_named_cloud_instance_use_its_preset_and_no_others_do()
         "gcp-a3-high": "GCP A3 'h100-80gb-8'",
         "azure-ndm-a100-v4": "Azure NDm A100 v4",
         "aws-p5": "AWS p5.48xlarge",
+        "gcp-a3-mega": "GCP A3 Mega 'a3-megagpu-8g'",
+        "gcp-a3-ultra": "GCP A3 Ultra 'a3-ultragpu-8g'",
+        "gcp-a4": "GCP A4 'a4-highgpu-8g'",
     }
     clouds = {"gcp-", "aws-", "azure-"}
     on_cloud = [r for r in rows if any(r["system"].startswith(c) for c in clouds)]
@@ -121,3 +125,4 @@ def test_public_runs_on_a_named_cloud_instance_use_its_preset_and_no_others_do()
     assert sum(r["system"] == "gcp-a3-high" for r in rows) == 5
     assert sum(r["system"] == "azure-ndm-a100-v4" for r in rows) == 4
     assert sum(r["system"] == "aws-p5" for r in rows) == 4
+    assert [sum(r["system"] == s for r in rows) for s in ("gcp-a3-mega", "gcp-a3-ultra", "gcp-a4")] == [1, 1, 2]

@@ -26,6 +26,8 @@ OTHER_TABLES = [
         "flagperf_nvidia.csv",
         "ms_swift.csv",
         "torchtitan_blogs.csv",
+        "deepspeed_autotuning.csv",
+        "maxtext_gpu_recipes.csv",
     )
 ]
 MEGATRON_ROWS = 901
@@ -55,7 +57,7 @@ def importer(monkeypatch):
 
 def test_ids_count_on_from_the_megatron_table_into_the_other_stacks(rows):
     assert [r["id"] for r in rows] == [f"PUB-{i:04d}" for i in range(1, len(rows) + 1)]
-    assert len(rows) == MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8
+    assert len(rows) == MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8 + 8 + 4
     assert rows[MEGATRON_ROWS - 1]["framework"] == "megatron-core"
     assert "fms-fsdp" in rows[MEGATRON_ROWS]["source"]
 
@@ -365,7 +367,7 @@ def test_torchtitan_blog_rows(rows):
     whose batch and checkpointing are not stated (unpriced)."""
     from shardwise.analyses import public_runs, public_stacks
 
-    new = rows[MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 :]
+    new = rows[MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 :][:8]
     assert len(new) == 8 and all(r["framework"] == "torchtitan" for r in new)
     aws, ibm = new[:4], new[4:]
     assert [r["measured"] for r in aws] == ["6475", "7166", "8624", "8950"]
@@ -383,3 +385,52 @@ def test_torchtitan_blog_rows(rows):
         ("llama3-405b", "4", "128", "152"), ("llama3-405b", "4", "128", "217"),
     ]  # fmt: skip
     assert all(public_runs.skip_reason(r) == "layout incomplete" and not r["mbs"] for r in ibm)
+
+
+def test_deepspeed_autotuning_rows(rows):
+    """DeepSpeedExamples' autotuning tables (tools/data/public_runs/deepspeed_autotuning.csv): Hugging
+    Face's GPT-2 small to XL fine-tuned by HF Trainer + DeepSpeed ZeRO-1 in fp16 on one 16-V100 server,
+    the hand-tuned and the autotuned micro-batch of each model; eager attention over the materialised
+    scores and DeepSpeed 0.5's overlap_comm default (off for stage 1)."""
+    from shardwise.analyses import public_runs, public_stacks
+
+    new = rows[MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8 :][:8]
+    assert len(new) == 8 and all(r["framework"] == "deepspeed" and r["system"] == "dgx-2" for r in new)
+    assert [(r["model"], r["mbs"], r["gbs"]) for r in new] == [
+        ("gpt2-124m", "8", "128"), ("gpt2-124m", "15", "240"), ("gpt2-medium", "4", "64"),
+        ("gpt2-medium", "6", "96"), ("gpt2-large", "2", "32"), ("gpt2-large", "3", "48"),
+        ("gpt2-xl", "1", "16"), ("gpt2-xl", "1", "16"),
+    ]  # fmt: skip
+    # tokens/s per GPU = samples/s x 1024 / 16, the README's samples/s kept in the notes
+    assert [r["measured"] for r in new][:2] == ["25460.9", "27621.5"]
+    assert "samples_per_s_total=397.827" in new[0]["parse_notes"]
+    for r in new:
+        assert (r["precision"], r["seq_len"], r["dp"], r["fsdp"], r["recompute"]) == ("fp16", "1024", "16", "0", "none")
+        assert "zero=1" in r["parse_notes"] and "attention=no-flash" in r["parse_notes"]
+        assert public_runs.skip_reason(r) == ""
+        preset, plan = public_stacks.execution(r)
+        assert preset == "deepspeed" and plan["flash_attention"] is False and plan["overlap_grad_reduce"] is False
+
+
+def test_maxtext_gpu_recipe_rows(rows):
+    """AI-Hypercomputer/gpu-recipes' MaxText READMEs (tools/data/public_runs/maxtext_gpu_recipes.csv): the
+    logged step each prints as an example, on 256 H100 of A3 Mega (Llama 2 7B, bf16), 256 H200 of A3 Ultra
+    (Llama 3.1 70B, bf16) and 256 B200 of A4 (Llama 3.1 405B and 70B, fp8), with the layout of the MaxText
+    config the README names at that commit."""
+    from shardwise.analyses import public_runs, public_stacks
+
+    new = rows[MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8 + 8 :]
+    assert [(r["model"], r["system"], r["precision"], r["measured"]) for r in new] == [
+        ("llama2-7b", "gcp-a3-mega", "bf16", "1.5"),
+        ("llama3-70b", "gcp-a3-ultra", "bf16", "15.516"),
+        ("llama3-405b", "gcp-a4", "fp8", "28.294"),
+        ("llama3-70b", "gcp-a4", "fp8", "20.935"),
+    ]
+    assert [(r["fsdp"], r["dp"], r["mbs"], r["gbs"]) for r in new] == [
+        ("8", "256", "4", "1024"), ("128", "256", "2", "512"), ("128", "256", "2", "512"), ("256", "256", "8", "2048"),
+    ]  # fmt: skip
+    assert all(r["framework"] == "maxtext" and r["metric"] == "step_time_s" for r in new)
+    for r, policy in zip(new, ("minimal_flash", "save_dot_except_mlp", "save_nothing", "save_nothing"), strict=True):
+        assert public_runs.skip_reason(r) == ""
+        preset, plan = public_stacks.execution(r)
+        assert preset == "maxtext" and plan["selective_policy"] == policy and plan["attention_kernel"] == "fused"

@@ -5,7 +5,8 @@
         tools/data/public_runs/training_layouts_other.csv tools/data/public_runs/microbatch_longctx.csv \
         tools/data/public_runs/deepspeed_pipeline.csv tools/data/public_runs/fsdp_scaling.csv \
         tools/data/public_runs/nemo_launcher_scaling.csv tools/data/public_runs/flagperf_nvidia.csv \
-        tools/data/public_runs/ms_swift.csv tools/data/public_runs/torchtitan_blogs.csv
+        tools/data/public_runs/ms_swift.csv tools/data/public_runs/torchtitan_blogs.csv \
+        tools/data/public_runs/deepspeed_autotuning.csv
     python tools/import_public_runs.py ... --summary   # also print the count tables (markdown)
 
 The first CSV is the Megatron-Core / NeMo table (training_layouts.csv, read with the rules of `Row` below);

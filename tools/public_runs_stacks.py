@@ -63,6 +63,11 @@ VERSIONS = (
 
 # (regex on the lower-cased model cell, preset), checked before the Megatron table's rules.
 MODELS = (
+    # Hugging Face's GPT-2 checkpoints (DeepSpeedExamples' autotuning tables): "GPT2 (HF gpt2, ...)"
+    (r"\(hf gpt2,", "gpt2-124m"),
+    (r"\(hf gpt2-medium,", "gpt2-medium"),
+    (r"\(hf gpt2-large,", "gpt2-large"),
+    (r"\(hf gpt2-xl,", "gpt2-xl"),
     (r"llama3-8b shape \(olmo-core\)", "olmo-core-llama3-8b"),
     (r"olmo2-1b|olmo-core 1b", "olmo-core-1b"),
     (r"olmo2-7b|olmo-core 7b", "olmo2-7b"),
@@ -133,6 +138,23 @@ INSTANCES = (
         "marenostrum5-acc",
         "system marenostrum5-acc: the source names MareNostrum 5 (BSC's accelerated partition: 4 H100 64GB"
         " per node, 4 x NDR200 200 Gb/s, BSC's user guide)",
+    ),
+    (
+        "(gcp a3 mega 'a3-megagpu-8g'",
+        "gcp-a3-mega",
+        "system gcp-a3-mega: the source names A3 Mega (a3-megagpu-8g: 8 H100 80GB, 8 x 200 Gbps GPU NICs with"
+        " GPUDirect-TCPXO)",
+    ),
+    (
+        "(gcp a3 ultra 'a3-ultragpu-8g'",
+        "gcp-a3-ultra",
+        "system gcp-a3-ultra: the source names A3 Ultra (a3-ultragpu-8g: 8 H200 141GB, 8 x 400 Gbps ConnectX-7"
+        " GPUDirect RDMA over RoCE)",
+    ),
+    (
+        "(gcp a4 'a4-highgpu-8g'",
+        "gcp-a4",
+        "system gcp-a4: the source names A4 (a4-highgpu-8g: 8 B200, 8 x 400 Gbps ConnectX-7 GPUDirect RDMA over RoCE)",
     ),
     (
         "(aws p5.48xlarge",

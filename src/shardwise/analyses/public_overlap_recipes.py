@@ -62,12 +62,24 @@ NO_OVERLAP_LAUNCHES = (
     RecipeFact("GitHub modelscope/ms-swift docs/source_en/Megatron-SWIFT/"),
 )
 
+# DeepSpeed ZeRO-1 runs of DeepSpeed 0.5, whose stage 1 never overlapped its gradient reduction:
+# deepspeedai/DeepSpeed @7567c76c (v0.5.7) runtime/engine.py `_configure_zero_optimizer` sets
+# overlap_comm = False for stage 1 ("Overlap and contiguous grads are meaningless in stage 1 and are
+# ignored"; runtime/zero/constants.py's default is False for stages 1-2 anyway), and stage2.py's
+# `reduce_gradients` all-reduces the buckets after the backward. DeepSpeedExamples' autotuning examples
+# (2467552b, 2021-11-13; training/autotuning/hf/dsconfigs/ds_config_fp16_z1.json: stage 1 and fp16
+# alone; autotuning's fast mode tunes the stage and micro-batch alone; every published row is stage 1).
+NO_OVERLAP_COMM_CONFIGS = (RecipeFact("GitHub deepspeedai/DeepSpeedExamples training/autotuning/hf/"),)
+
 
 def plan_settings(row: dict[str, str]) -> dict[str, object]:
     """The Plan keyword arguments that turn off what the row's recipe leaves off
-    (`NO_OVERLAP_LAUNCHES`, `NO_OVERLAP_RECIPES`, `LORA_NO_CALLBACK_RECIPES`); empty for the others."""
+    (`NO_OVERLAP_LAUNCHES`, `NO_OVERLAP_COMM_CONFIGS`, `NO_OVERLAP_RECIPES`, `LORA_NO_CALLBACK_RECIPES`);
+    empty for the others."""
     if row["framework"] == "megatron-core" and any(fact.covers(row) for fact in NO_OVERLAP_LAUNCHES):
         return {"tp_comm_overlap": False, "overlap_param_gather": False, "overlap_grad_reduce": False}
+    if row["framework"] == "deepspeed" and any(fact.covers(row) for fact in NO_OVERLAP_COMM_CONFIGS):
+        return {"overlap_grad_reduce": False}
     if any(fact.covers(row) for fact in NO_OVERLAP_RECIPES):
         return {"tp_comm_overlap": False, "overlap_param_gather": False}
     if row.get("workload") == "lora" and any(fact.covers(row) for fact in LORA_NO_CALLBACK_RECIPES):
