@@ -282,6 +282,12 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
                 f"[red]  {label}: {est.request_rate_per_s:g} requests/s is more than it sustains: queues grow "
                 "without bound, and its percentiles grow with --requests[/]"
             )
+        elif est.short_of_offered:
+            out.print(
+                f"[yellow]  {label}: generates {float(est.throughput_tokens_per_s):,.0f} of the "
+                f"{float(est.offered_tokens_per_s):,.0f} tok/s offered ({est.request_rate_per_s:g} requests/s x "
+                f"{float(est.mean_output_len):,.0f} new tokens): its queue grew over the simulated window[/]"
+            )
 
 
 def draw_frontier(
