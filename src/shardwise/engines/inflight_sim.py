@@ -228,9 +228,10 @@ def delivered_share(
     order = np.argsort(admitted, kind="stable")
     entered = np.concatenate([[0.0], np.cumsum(owed_each[order])])
     times = np.linspace(t0, t1, points)
-    waiting = arrived[np.searchsorted(arrival, times, side="right")] - entered[
-        np.searchsorted(admitted[order], times, side="right")
-    ]
+    waiting = (
+        arrived[np.searchsorted(arrival, times, side="right")]
+        - entered[np.searchsorted(admitted[order], times, side="right")]
+    )
     ends = np.searchsorted(arrival, [t0, t1], side="right")
     offered = float(arrived[ends[1]] - arrived[ends[0]]) / (t1 - t0)
     if not offered > 0:
