@@ -77,3 +77,63 @@ def test_a_closed_loop_is_not_measured_against_an_offer():
 
     est = estimate_inflight(scenario(), WL, users=8, requests=200)
     assert np.isnan(est.offered_tokens_per_s) and not est.short_of_offered
+
+
+# -- #7: the context a model serves, not its pre-training length --
+
+
+def test_models_carry_the_context_they_serve():
+    from shardwise import presets
+    from test_hf_config import HF
+
+    llama = presets.model("llama3.1-70b")
+    assert llama.seq_len == 8192 and llama.serving_context == 131072  # HF config max_position_embeddings
+    assert presets.model("llama3-70b").serving_context == 8192  # states none beyond its sequence length
+    assert presets.model("llama3-70b").with_(seq_len=16384).serving_context == 16384
+    imported = presets.model(str(HF / "llama3.1-8b.json"))  # the import path fills it
+    assert imported.seq_len == 8192 and imported.max_position_embeddings == 131072
+    assert imported.serving_context == presets.model("llama3.1-8b").serving_context
+
+
+def test_serve_warns_against_the_serving_context(cli, tmp_path):
+    table = tmp_path / "long.csv"
+    table.write_text("input_len,output_len\n100000,200\n")
+    code, out, err = cli([*SERVE_70B, "--plan", "tp=8", "--lengths", str(table)])
+    assert code == 0, err
+    assert (
+        "longer than" not in out and "sequence length 8,192" not in out
+    )  # before: "longer than ... sequence length 8,192"
+    table.write_text("input_len,output_len\n140000,200\n")
+    code, out, err = cli([*SERVE_70B, "--plan", "tp=8", "--lengths", str(table)])
+    text = " ".join(out.split())
+    assert code == 0 and "longer than the model's context 131,072 (max_position_embeddings)" in text
+    code, out, err = cli([*SERVE_70B, "--plan", "tp=8", "--input-len", "9000", "--output-len", "100"])
+    assert code == 0 and "more than llama3.1-70b" not in err + out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("m: {layers: 2, hidden: 64, heads: 2, vocab: 100, seq_len: 64, max_position_embeddings: -1}\n")
+    code, out, err = cli(["predict", "--model", str(bad), "--system", "dgx-h100", "--global-batch", "8"])
+    assert code == 2 and "max_position_embeddings" in err and "Traceback" not in err
+
+
+# -- #6: serve --emit vllm's --max-model-len --
+
+
+def _vllm(cli, plan: str) -> str:
+    code, out, err = cli([*SERVE_70B, "--plan", plan, "--emit", "vllm"])
+    assert code == 0, err
+    return out
+
+
+def test_emit_vllm_serves_the_models_context_where_the_kv_cache_holds_it(cli):
+    # before: --max-model-len 640 (the priced 512 + 128), with no word about it
+    out = _vllm(cli, "tp=8")
+    assert "--max-model-len 131072" in out
+    assert (
+        "# note: --max-model-len 131072: llama3.1-70b's context 131,072 (max_position_embeddings), vLLM's default"
+        in out
+    )
+    # tp=2: 70 GB of weights leave ~22k tokens of KV cache, short of 131,072: the priced length, said so
+    out = _vllm(cli, "tp=2")
+    assert "--max-model-len 640 " in out or "--max-model-len 640\n" in out
+    assert "# note: --max-model-len 640: the priced request's prompt + output" in out
+    assert "does not fit the KV cache" in out and "longer requests are refused" in out
