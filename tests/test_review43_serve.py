@@ -137,3 +137,18 @@ def test_emit_vllm_serves_the_models_context_where_the_kv_cache_holds_it(cli):
     assert "--max-model-len 640 " in out or "--max-model-len 640\n" in out
     assert "# note: --max-model-len 640: the priced request's prompt + output" in out
     assert "does not fit the KV cache" in out and "longer requests are refused" in out
+
+
+# -- #12: the L40S grants no GPU peer access --
+
+
+@pytest.mark.parametrize("system", ["l40s-8x", "l40s-8x-switch"])
+def test_l40s_boxes_default_to_p2p_off_as_the_rtx_4090(cli, system):
+    from shardwise import presets
+
+    assert presets.system(system).p2p is False and presets.system("rtx4090-8x").p2p is False
+    args = ["serve", "--model", "llama3-8b", "--system", system, "--num-gpus", "4", "--framework", "vllm"]
+    code, out, err = cli([*args, "--plan", "tp=2"])
+    text = " ".join(out.split())
+    # before: vLLM's custom all-reduce priced at tp=2, which hangs at its P2P handshake on L40S
+    assert code == 0 and "all-reduce: NCCL; P2P off" in text, err
