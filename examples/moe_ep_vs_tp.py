@@ -1,5 +1,6 @@
 """Experts split by tensor parallelism or spread by expert parallelism: Qwen3-30B-A3B (128
-experts of width 768, 8 per token) trained on 8 GPUs, on NVLink (DGX H100) and on PCIe (8 x L40S).
+experts of width 768, 8 per token) trained on 8 GPUs, on NVLink (DGX H100) and on PCIe (8 x L40S,
+P2P off as the L40S grants no peer access: NCCL stages every transfer through host memory).
 Both plans run the attention the same way (tp = 4 with sequence parallelism, dp = 2); only the
 experts differ:
 

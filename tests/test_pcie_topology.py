@@ -27,8 +27,18 @@ TOPOLOGY_PRESETS = (
 )
 
 
+# The L40S boxes as a platform that grants P2P prices them (`--p2p on`): these tests are about P2P-capable
+# GPUs' PCIe topology; the presets default to P2P off since review 43 (the L40S grants no peer access)
+P2P_ON = ("l40s-8x", "l40s-8x-switch")
+
+
+def system_with_p2p(name: str):
+    c = presets.system(name)
+    return c.with_(p2p=True) if name in P2P_ON else c
+
+
 def ring(system: str, ranks, p2p: bool | None = None, **changes) -> np.ndarray:
-    c = presets.system(system)
+    c = system_with_p2p(system)
     top = c.pcie.with_(**changes) if changes else c.pcie
     return np.asarray(ring_bandwidth_bytes_per_s(top, c.intra_node_link, c.p2p if p2p is None else p2p, ranks))
 
@@ -188,7 +198,7 @@ def test_a_bad_topology_is_refused_in_one_line(tmp_path):
 
 
 def _serve(system: str, tp: int, topology: bool = True):
-    cluster = presets.system(system)
+    cluster = system_with_p2p(system)
     if not topology:
         cluster = cluster.with_(pcie=None)
     scn = Scenario(presets.model("llama3-8b"), cluster, plan_for_serving(tp, 1, 8 // tp))

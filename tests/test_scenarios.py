@@ -77,6 +77,25 @@ def test_the_ttft_verdict_is_read_from_every_prompt_length_of_its_figure():
     assert report.finding.endswith(".") and ("The claim holds." in report.finding) == report.holds
 
 
+def test_the_ttft_verdict_says_where_the_claim_holds_and_where_it_fails():
+    """Review 43 #11: "The claim fails" where its own figure had TP=8 ahead on NVLink at every length
+    and over PCIe from 1,024 tokens on; the verdict names both parts, by link and length."""
+    from shardwise.analyses.scenarios import run as run_one
+
+    report = run_one("ttft", plot=True)
+    prompts, series = report.chart.args[0], report.chart.args[1]
+    on = {"NVLink": "on NVLink", "PCIe": "over PCIe"}
+    tp_ahead = {link: prompts[series[f"TP=8, {link}"] <= series[f"PP=8, {link}"]] for link in on}
+    assert any(v.size for v in tp_ahead.values()) and not all(v.size == prompts.size for v in tp_ahead.values())
+    assert "The claim fails" not in report.finding and not report.holds
+    for link, where in tp_ahead.items():
+        if where.size == prompts.size:
+            assert f"{on[link]} at every length from {prompts[0]} to {prompts[-1]}" in report.finding
+        elif where.size:
+            assert f"{on[link]} from {where[0]} tokens on" in report.finding
+            assert f"it fails where {on[link]} PP=8 has the lower TTFT" in report.finding
+
+
 def test_over_pcie_tp_loses_and_its_all_reduces_slow_by_the_bandwidth_ratio():
     from shardwise import presets
     from shardwise.physics.collectives import all_reduce_time_s

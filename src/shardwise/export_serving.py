@@ -71,6 +71,10 @@ def _inflight_dict(est: Any, band: Any) -> dict[str, Any]:
         "max_request_rate_per_s": plain(est.max_request_rate_per_s),
         **band("max_request_rate_per_s", est.max_request_rate_per_s),
         "overloaded": est.overloaded,
+        # a rate: the new tokens it asks for per second (rate x mean output, all replicas), and whether
+        # throughput_tokens_per_s falls short of them by more than 1% (a queue that grows)
+        "offered_tokens_per_s": plain(est.offered_tokens_per_s) if est.request_rate_per_s is not None else None,
+        "short_of_offered": est.short_of_offered,
         # requests admitted (running), time-weighted mean over the run, all replicas; a closed loop's
         # users beyond them wait in the queue (`concurrency`)
         "mean_running": plain(est.mean_running),

@@ -160,6 +160,8 @@ def read(path: str | Path, cfg: Any = None) -> dict[str, Any]:
     model_type = hf_fields.text(p, cfg, "model_type").lower()
     stated = out.get("seq_len")
     out["seq_len"], assumed = _seq_len(p, cfg, model_type, stated)
+    if stated is not None:  # the context it serves (`Model.max_position_embeddings`), uncapped
+        out["max_position_embeddings"] = stated
     _architecture(p, cfg, model_type, out)
     if architecture is not None:
         out["architecture"] = architecture

@@ -137,6 +137,7 @@ _MODEL_INTS = (
     "mamba_chunk",
     "sliding_window",
     "full_attention_every",
+    "max_position_embeddings",
 )
 _MODEL_FLAGS = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout", "glu_clamp")
 _MODEL_FLAGS += ("yarn_rope", "head_dim_in_config")
@@ -215,11 +216,12 @@ def _require(kind: str, name: str, data: Mapping[str, Any], keys: tuple[str, ...
         raise SpecError(f"{kind} {name!r}: the file holds {len(data)} mappings ({names}); give one {kind} per file")
     if missing:
         given = [str(k) for k in data if str(k) not in set(known)]
-        typos = []
+        meant: dict[str, list[str]] = {}  # a key given -> the missing ones it may misspell, one line each
         for key in missing:
             close = difflib.get_close_matches(key, given, n=1, cutoff=0.6) or [g for g in given if g.startswith(key)]
             if close:
-                typos.append(f"{close[0]!r} given: did you mean {key}?")
+                meant.setdefault(close[0], []).append(key)
+        typos = [f"{g!r} given: did you mean {' or '.join(keys)}?" for g, keys in meant.items()]
         hint = f" ({'; '.join(typos)})" if typos else ""
         raise SpecError(f"{kind} {name!r}: missing field(s) {', '.join(missing)}{hint}")
 

@@ -34,8 +34,9 @@ def print_estimates(
     inter = cluster.inter_node_link
     multi = inter is not None and int(cluster.nodes) > 1
     across = f", {inter.name} across {int(cluster.nodes)} servers" if multi else ""
-    long = mix is None and workload.input_len + workload.output_len > model.seq_len  # priced as asked (a note says)
-    beyond = f" (beyond {model.name}'s {model.seq_len:,}-token sequence length)" if long else ""
+    # priced as asked (a note says)
+    long = mix is None and workload.input_len + workload.output_len > model.serving_context
+    beyond = f" (beyond {model.name}'s {model.context_words})" if long else ""
     out.print(
         f"[bold]{model.name}[/] on {int(cluster.num_gpus)} x {cluster.gpu.name} ({cluster.intra_node_link.name} "
         f"inside a server{across}); {_lengths_text(workload, rows, mix)}{beyond}; "
@@ -46,7 +47,7 @@ def print_estimates(
         + _pcie_text(cluster)
         + ("" if cluster.nvls or not cluster.intra_node_link.nvls_efficiency else "; NVLS off")
     )
-    over = _mix_over_context(mix, int(model.seq_len))
+    over = _mix_over_context(mix, model)
     if over:
         out.print(f"[yellow]note: {over} (--seq-len to change it)[/]")
     inflight = rows[0][1].batching == "inflight"
@@ -180,19 +181,20 @@ def _comm_name(plan: Any) -> str:
     return " + ".join(groups) or "comm"
 
 
-def _mix_over_context(mix: Any, seq_len: int) -> str:
-    """What share of a table mix's requests (a --lengths CSV) is longer than the model's sequence
-    length, in words ("" for none, and for a log-normal mix, which is drawn within the context)."""
+def _mix_over_context(mix: Any, model: Any) -> str:
+    """What share of a table mix's requests (a --lengths CSV) is longer than the context the model
+    serves (`Model.serving_context`), in words ("" for none, and for a log-normal mix, which is drawn
+    within the context)."""
     if mix is None or getattr(mix, "input_lens", None) is None:
         return ""
     total = mix.input_lens + mix.output_lens
-    long = total > seq_len
+    long = total > model.serving_context
     if not long.any():
         return ""
     share = float(mix.weights[long].sum())
     return (
         f"{share:.0%} of the requests of {mix.name} (the longest {int(total.max()):,} tokens) are longer than "
-        f"the model's sequence length {seq_len:,}"
+        f"the model's {model.context_words}"
     )
 
 
@@ -281,6 +283,12 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
             out.print(
                 f"[red]  {label}: {est.request_rate_per_s:g} requests/s is more than it sustains: queues grow "
                 "without bound, and its percentiles grow with --requests[/]"
+            )
+        elif est.short_of_offered:
+            out.print(
+                f"[yellow]  {label}: generates {float(est.throughput_tokens_per_s):,.0f} of the "
+                f"{float(est.offered_tokens_per_s):,.0f} tok/s offered ({est.request_rate_per_s:g} requests/s x "
+                f"{float(est.mean_output_len):,.0f} new tokens): its queue grew over the simulated window[/]"
             )
 
 

@@ -92,8 +92,10 @@ def vllm_launch(
     max_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
     asked: int | None = None,
+    kv_tokens: int | None = None,
 ) -> Launch:
     """`vllm serve` for one replica of a serving plan (see `emit.vllm`)."""
     from shardwise.emit import vllm
 
-    return vllm.launch(scn, workload, model_id, _version("vllm", version), max_batched_tokens, max_num_seqs, asked)
+    version = _version("vllm", version)
+    return vllm.launch(scn, workload, model_id, version, max_batched_tokens, max_num_seqs, asked, kv_tokens)

@@ -16,7 +16,9 @@ replaced at once, as `vllm bench serve --max-concurrency` or `genai-perf --concu
 server; `--max-throughput` is the closed loop at the KV cache's capacity) or an open loop of
 arrivals at `rate_per_s`, Poisson or gamma gaps of vLLM's burstiness (seeded, so runs repeat). Percentiles of TTFT, TPOT
 and end-to-end latency are over the requests after the first `WARMUP_SHARE`; throughput is the
-tokens generated between the end of the warm-up and the last request issued. Time advances by
+tokens generated between the end of the warm-up and the last request issued (a closed loop), or
+at a rate the offered tokens (rate x mean output) times the share the replica kept up with over
+that window (`inflight_sim.delivered_share`: below 1 only where its queue grows). Time advances by
 whole iterations and jumps over runs of identical decode-only iterations (no prompt to prefill,
 no arrival, no request finishing), so a run of 1,000 requests takes milliseconds to seconds.
 
@@ -56,6 +58,9 @@ from shardwise.specs.serving import ServingWorkload
 # queue waits, so more users change nothing but the wait.
 QUEUED_SIMULATED = 4
 PERCENTILES = (50, 90, 99)
+# At a rate, the tokens generated are the tokens offered (rate x mean output, what `serve --lengths`
+# promises within about 1%) unless the queue grows: below this share short, the report says so.
+DELIVERY_TOLERANCE = 0.01
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,8 @@ class InflightEstimate(ServingEstimate):
 
     users: int | None = None  # closed loop (None with a request rate; None and no rate: capacity)
     request_rate_per_s: float | None = None
+    # a rate: the new tokens it asks for per second (rate x mean output), all replicas; nan without one
+    offered_tokens_per_s: float = float("nan")
     max_request_rate_per_s: float = float("nan")  # the rate the replicas sustain at capacity
     mean_running: float = 0.0  # requests running (admitted), time-weighted mean, all replicas
     kv_in_use_bytes: float = 0.0  # per GPU, the KV cache the mean running requests fill (of `kv_cache_bytes`, the pool)
@@ -106,6 +113,13 @@ class InflightEstimate(ServingEstimate):
         running = min(kv, int(self.max_sequences) or kv)
         users = self.users_per_replica
         return running if users is None else min(running, users)
+
+    @property
+    def short_of_offered(self) -> bool:
+        """At a rate: the replicas generate less than the tokens offered (rate x mean output) by more
+        than `DELIVERY_TOLERANCE`: over capacity, or their queue grew over the simulated window."""
+        offered = float(self.offered_tokens_per_s)
+        return bool(offered > 0 and float(self.throughput_tokens_per_s) < (1.0 - DELIVERY_TOLERANCE) * offered)
 
     @property
     def overloaded(self) -> bool:
@@ -212,7 +226,12 @@ def estimate_from(
     max_rate = replicas * saturated.throughput_tokens_per_s / replica.mean_output_len
     # arrivals faster than that: the queue grows and the replicas run flat out (a finite run
     # would still be filling up)
-    rate_throughput = min(sim.throughput_tokens_per_s, saturated.throughput_tokens_per_s)
+    # a rate: the offered tokens (the rate x the workload's mean new tokens, the mean the report
+    # names) times the share the simulated replica kept up with in its measured window (`Simulated.
+    # delivered_share`): the window's own tokens over its length would carry the draws' noise (a
+    # thousand lengths and gaps: a few percent) and the work in flight at its two ends (per plan)
+    offered = float("nan") if rate_per_s is None else rate_per_s / replicas * replica.mean_output_len
+    rate_throughput = min(offered * sim.delivered_share, saturated.throughput_tokens_per_s)
     if rate_per_s is not None and rate_per_s > max_rate:
         rate_throughput = saturated.throughput_tokens_per_s
     # the workload's batch: the requests kept in flight (a rate: the mean in flight)
@@ -241,6 +260,7 @@ def estimate_from(
         decode_utilization=float("nan"),
         users=users if rate_per_s is None else None,
         request_rate_per_s=rate_per_s,
+        offered_tokens_per_s=replicas * offered,
         max_request_rate_per_s=max_rate,
         mean_running=busy * sim.mean_running,
         mean_prompt_tokens=sim.prompt_tokens_per_iteration,
@@ -262,6 +282,7 @@ def estimate_from(
 
 __all__ = [
     "CLOSED_LOOP_ROUNDS",
+    "DELIVERY_TOLERANCE",
     "KV_BLOCK_TOKENS",
     "MAX_BATCHED_TOKENS",
     "PERCENTILES",

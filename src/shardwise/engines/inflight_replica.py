@@ -67,7 +67,11 @@ class Replica:
         # (`engines.iteration`, prefill apart); under pp the round's end is kept
         self.prefill_step_first = preset.prefill_apart and pp == 1
         self.replicas = int(scn.plan.dp)
-        self.max_context = int(np.max(scn.model.seq_len))
+        # requests are drawn within the context the model serves; SGLang sizes its request pool by
+        # it too (its context_len, config.json max_position_embeddings), but the pool stays priced by
+        # the sequence length here until the serving rows are re-checked (review 43 #7)
+        self.max_context = scn.model.serving_context
+        self.pool_context = int(np.max(scn.model.seq_len))
         self.kv_total_blocks: int | None = None
         if mix is None:
             self.workload = wl
@@ -155,7 +159,7 @@ class Replica:
         than its token budget (`EnginePreset.seqs_within_budget`)."""
         if engine(wl.engine).seqs_from_kv_pool and per_token_bytes > 0:
             tokens = max(free_bytes, 0.0) / per_token_bytes
-            self.max_sequences = sglang_max_running_requests(tokens, self.max_context)
+            self.max_sequences = sglang_max_running_requests(tokens, self.pool_context)
         if engine(wl.engine).seqs_within_budget:  # vLLM: max_num_seqs <= max_num_batched_tokens
             self.max_sequences = min(self.max_sequences, int(self.max_batched_tokens))
 

@@ -26,6 +26,8 @@ SIMULATED_REQUESTS = 1000
 # A closed loop runs at least this many requests per user (so that the steady state dominates).
 CLOSED_LOOP_ROUNDS = 8
 WARMUP_SHARE = 0.1
+# Even times of the measured window at which `delivered_share` reads the tokens owed.
+DELIVERY_POINTS = 256
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,10 @@ class Simulated:
     # benchmark that sends a fixed number of requests reports as its output throughput (the ramp-up
     # and the tail, as the last requests finish with few others beside them, included)
     run_tokens_per_s: float = 0.0
+    # arrivals at a rate: the share of the tokens offered over the measured window that the replica
+    # generated (`delivered_share`); 1 - the slope of the tokens owed (arrived, not yet generated)
+    # over the offered rate, so below 1 only where the queue grows (1.0: a closed loop)
+    delivered_share: float = 1.0
     # the run's iterations, one rank's (ranks in lockstep: the ranks' mean of each pass): decoding
     # sequences, prompt tokens, and how many iterations ran so (`passes`); None: not recorded
     pass_decode: np.ndarray | None = None
@@ -179,6 +185,7 @@ def simulate(
     if t1 <= t0:  # too few requests to see a steady state: the whole run
         t0, t1 = 0.0, float(clock_a[-1])
     made = np.interp(t1, clock_a, produced_a) - np.interp(t0, clock_a, produced_a)
+    share = 1.0 if closed else delivered_share(arrival, admitted, outputs, t0, t1)
     per = lockstep.ranks if lockstep is not None else 1  # one rank's share of the group's
     made, running_area, decode_area, prompt_area = made / per, running_area / per, decode_area / per, prompt_area / per
     return Simulated(
@@ -192,8 +199,45 @@ def simulate(
         mean_prompt_tokens=prompt_area / busy if busy else 0.0,
         iterations=iterations,
         run_tokens_per_s=_whole_run_rate(produced_a, clock_a, arrival) / per,
+        delivered_share=share,
         **_passes(run.visits, per),
     )
+
+
+def delivered_share(
+    arrival: np.ndarray,
+    admitted: np.ndarray,
+    outputs: int | np.ndarray,
+    t0: float,
+    t1: float,
+    points: int = DELIVERY_POINTS,
+) -> float:
+    """Arrivals at a rate: the share of the offered new tokens the replica generates in its steady
+    state, 1 - g / o over the measured window [t0, t1]: o the offered tokens per second (the new
+    tokens of the requests arriving in the window, over its length), g the slope of the new tokens
+    of the requests waiting (arrived, not yet admitted), fitted by least squares on `points` even
+    times of the window. Requests running are bounded by the sequence slots and the KV cache, so
+    a growing backlog is a growing queue: a replica that keeps up holds a queue that comes and goes
+    (g ~ 0, the share 1, whatever the drawn lengths and gaps); one that cannot owes more and more
+    (g = o less what it generates). The window's generated tokens over its length would carry the
+    draws' noise (a thousand lengths and gaps: a few percent) and the work in flight at its ends."""
+    if not t1 > t0:
+        return 1.0
+    owed_each = np.broadcast_to(np.asarray(outputs, dtype=float), arrival.shape)
+    arrived = np.concatenate([[0.0], np.cumsum(owed_each)])
+    order = np.argsort(admitted, kind="stable")
+    entered = np.concatenate([[0.0], np.cumsum(owed_each[order])])
+    times = np.linspace(t0, t1, points)
+    waiting = (
+        arrived[np.searchsorted(arrival, times, side="right")]
+        - entered[np.searchsorted(admitted[order], times, side="right")]
+    )
+    ends = np.searchsorted(arrival, [t0, t1], side="right")
+    offered = float(arrived[ends[1]] - arrived[ends[0]]) / (t1 - t0)
+    if not offered > 0:
+        return 1.0
+    slope = float(np.polyfit(times - t0, waiting, 1)[0])
+    return float(min(1.0, max(0.0, 1.0 - slope / offered)))
 
 
 def _passes(visits: dict[tuple[int, int], int] | None, ranks: int) -> dict[str, np.ndarray]:

@@ -134,15 +134,18 @@ def _file_entry(kind: str, name: str, data: Any) -> tuple[str, dict[str, Any]]:
         json = name.lower().endswith(".json")
         form = "a JSON object of fields" if json else "a YAML mapping of fields (key: value lines)"
         raise SpecError(f"{name}: expected {form} for one {kind[:-1]}")
+    from shardwise.presets.like_files import with_like as over_like
+
     if len(data) == 1 and isinstance(next(iter(data.values())), dict):
         key, fields = next(iter(data.items()))
-        return _own_name(kind, name, str(key)), fields
+        return _own_name(kind, name, str(key)), over_like(kind, name, fields, raw(kind), ALIASES.get(kind, {}))
     named = data.get("name")  # the file's own name for it (name: 4090 too), else the file's
     named = str(named).strip() if isinstance(named, (str, int, float)) and not isinstance(named, bool) else ""
     from shardwise.presets.file_fields import checked_file_fields
 
     data = checked_file_fields(kind, data, name)  # nested files near it; quantities with units
-    return _own_name(kind, name, named or Path(name).stem, from_file_name=not named), data
+    own = _own_name(kind, name, named or Path(name).stem, from_file_name=not named)
+    return own, over_like(kind, name, data, raw(kind), ALIASES.get(kind, {}))
 
 
 def _own_name(kind: str, path: str, named: str, from_file_name: bool = False) -> str:

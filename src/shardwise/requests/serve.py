@@ -251,9 +251,9 @@ class ServeRequest:
         if (attention := serving_attention_note(self.framework, cluster.gpu)) is not None:
             notes.append(attention)
         mix = request_mix(self.lengths)
-        if mix is None and (total := workload.input_len + workload.output_len) > model.seq_len:
-            notes.append(  # priced all the same: a preset's sequence length may be its pre-training one
-                f"{total:,} tokens per request is more than {model.name}'s sequence length {model.seq_len:,}: "
+        if mix is None and (total := workload.input_len + workload.output_len) > model.serving_context:
+            notes.append(  # priced all the same: a model file may state its pre-training length only
+                f"{total:,} tokens per request is more than {model.name}'s {model.context_words}: "
                 "priced as asked, beyond the context the model states (--seq-len to change it)"
             )
         given = self.input_len is not None or self.output_len is not None

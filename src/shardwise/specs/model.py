@@ -142,6 +142,11 @@ class Model:
     # (`engines.dp_dense`: SGLang's Mixtral / Grok without data-parallel attention, vLLM's
     # DeepSeek layer). docs/model.md "The architecture field".
     architecture: str | None = None
+    # The context the model serves (Hugging Face config.json `max_position_embeddings`: Llama 3.1's
+    # 131,072, stretched by RoPE scaling from the 8,192 it pre-trained at, `seq_len`); 0: unknown,
+    # `seq_len`. Prices nothing in training; serving warns against it (`serving_context`) and a
+    # vLLM launch takes it for --max-model-len where the KV cache holds it (`emit.vllm`).
+    max_position_embeddings: int = 0
     notes: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -169,6 +174,12 @@ class Model:
         self._check_hybrid(p)
         self._check_window(p)
         self._check_architecture(p)
+        context = self.max_position_embeddings
+        if isinstance(context, bool) or not isinstance(context, (int, np.integer)) or context < 0:
+            raise SpecError(
+                f"{p}: max_position_embeddings {context!r} is not allowed; give a whole number of tokens >= 0 "
+                "(0: unknown, the sequence length)"
+            )
         for name in ("rope_theta", "rope_local_theta"):
             theta = getattr(self, name)
             if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 0 <= theta < float("inf"):
@@ -309,6 +320,21 @@ class Model:
         """The same sizes as an ordinary model (every layer attention + MLP): what the hybrid's
         attention and MLP layers are priced from (`physics.mamba`)."""
         return replace(self, hybrid_pattern="", mamba_heads=0, experts=0, experts_per_token=0, shared_experts=0)
+
+    @property
+    def serving_context(self) -> int:
+        """Tokens one request may hold when served (prompt and output): `max_position_embeddings`,
+        or the sequence length where that is longer (--seq-len; the longest of a swept one)."""
+        return max(int(self.max_position_embeddings), int(np.max(self.seq_len)))
+
+    @property
+    def context_words(self) -> str:
+        """The serving context in words: "context 131,072 (max_position_embeddings)" or "sequence
+        length 8,192"."""
+        context = self.serving_context
+        if context > int(np.max(self.seq_len)):
+            return f"context {context:,} (max_position_embeddings)"
+        return f"sequence length {context:,}"
 
     @property
     def is_moe(self) -> bool:
