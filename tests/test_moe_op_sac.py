@@ -57,6 +57,15 @@ def test_the_routed_forward_reruns_and_eager_all_to_alls_with_it(framework):
         assert again == 0.0
 
 
+def test_eager_functional_all_to_alls_are_kept_but_w2_reruns():
+    """Eager torchtitan before #4085 (functional all-to-alls, saved): the dispatch is not sent again,
+    but eager PyTorch reruns the block's whole forward, w2's grouped GEMM included (review 44 #1)."""
+    none = _routed(_scenario("torchtitan", Recompute.NONE, host_kernel_s=0.0, functional_a2a=True))
+    op = _routed(_scenario("torchtitan", Recompute.SELECTIVE, host_kernel_s=0.0, functional_a2a=True))
+    assert float(op.compute_backward_s - none.compute_backward_s) == pytest.approx(float(none.compute_forward_s))
+    assert float(op.ep_backward_s - none.ep_backward_s) == 0.0
+
+
 def test_the_megatron_policy_redoes_nothing_of_the_routed_experts():
     none = _routed(_scenario("torchtitan", Recompute.NONE, host_kernel_s=0.0))
     attention = _routed(_scenario("torchtitan", Recompute.SELECTIVE, host_kernel_s=0.0, selective_policy="attention"))

@@ -164,6 +164,10 @@ KV_CACHE: dict[str, dict[str, tuple[str, ...]]] = {
 }  # fmt: skip
 # FlashInfer's head sizes: the only FP8-cache kernels vLLM and SGLang run on Ampere (module docstring)
 FLASHINFER_HEAD_SIZES = (64, 128, 256)
+# models with attention sinks (a learned logit per head): vLLM's FlashInfer backend raises for them off
+# Blackwell ("FlashInfer backend currently does not support attention sinks, please use trtllm on
+# blackwell or flash attention on earlier GPUs", vllm/v1/attention/backends/flashinfer.py @00a817ad)
+ATTENTION_SINK_ARCHITECTURES = ("gpt_oss",)
 FLASHINFER_FP8_KV_ONLY = {"vllm": ("ampere",), "sglang": ("ampere",)}
 assert set(RUNS_ON) == set(WEIGHTS) == set(KV_CACHE) == set(ENGINES)
 assert all(set(WEIGHTS[e]) == set(ENGINES[e].weight_formats) - {"bf16", "fp16"} for e in ENGINES)
@@ -218,7 +222,11 @@ def kv_formats_on(engine: str, gpu: Any, model: Any = None) -> list[str]:
 
 
 def _flashinfer_runs(model: Any) -> bool:
-    return not getattr(model, "kv_lora_rank", 0) and int(model.head_dim) in FLASHINFER_HEAD_SIZES
+    return (
+        not getattr(model, "kv_lora_rank", 0)
+        and getattr(model, "architecture", "") not in ATTENTION_SINK_ARCHITECTURES
+        and int(model.head_dim) in FLASHINFER_HEAD_SIZES
+    )
 
 
 def _refuse(what: str, rules: dict[str, tuple[str, ...]], engine: str, gpu: Any, precision: str, field: str) -> str:
@@ -247,11 +255,16 @@ def check_kv_format(engine: str, gpu: Any, precision: str, field: str, model: An
         return
     choose = ", ".join(kv_formats_on(engine, gpu, model))
     if precision in kv_formats_on(engine, gpu):  # the GPU keeps it, this model's attention does not
-        kind = "latent attention (MLA)" if getattr(model, "kv_lora_rank", 0) else f"head size {model.head_dim}"
+        kind = f"head size {model.head_dim}"
+        if getattr(model, "kv_lora_rank", 0):
+            kind = "latent attention (MLA)"
+        elif getattr(model, "architecture", "") in ATTENTION_SINK_ARCHITECTURES:
+            kind = "attention with sinks"
         sizes = ", ".join(map(str, FLASHINFER_HEAD_SIZES))
         raise SpecError(
             f"{field} {precision}: {engine} cannot keep its KV cache in {precision} for {model.name} on {gpu.name} "
-            f"({ARCH_NAMES[architecture(gpu)]}: only FlashInfer reads an FP8 cache there, for head sizes {sizes}; "
+            f"({ARCH_NAMES[architecture(gpu)]}: only FlashInfer reads an FP8 cache there, for head sizes {sizes} "
+            "without attention sinks; "
             f"{kind} gets Triton's kernels, whose e4m3 needs SM 8.9); choose {choose}"
         )
     text = _refuse(f"keep its KV cache in {precision}", KV_CACHE[engine], engine, gpu, precision, field)

@@ -66,8 +66,8 @@ def op_sac_expert_masks(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     (torch/_functorch/partitioners.py: SAC's recompute tags mark what may be recomputed), and with
     the combine's all-to-all saved (ep > 1) nothing reads w2's output: its GEMM is not redone."""
     on = op_sac_on(plan)
-    saved = exchange_saved(plan) & (np.asarray(plan.ep) > 1)
-    return on, on & ~exchange_saved(plan), on & saved
+    compiled_saved = ~as_bool(plan.eager_kernels) & (np.asarray(plan.ep) > 1)  # eager reruns the whole forward
+    return on, on & ~exchange_saved(plan), on & compiled_saved
 
 
 def rebuilt_routed_bytes(model: Model, tokens: Number, imbalance: Number, bytes_per_element: float) -> Number:
