@@ -86,8 +86,8 @@ HF_GPT2_CONFIGS = (RecipeFact("GitHub deepspeedai/DeepSpeedExamples training/aut
 
 def plan_settings(row: dict[str, str]) -> dict[str, object]:
     """The Plan keyword arguments that turn off what the row's recipe leaves off
-    (`NO_OVERLAP_LAUNCHES`, `NO_OVERLAP_COMM_CONFIGS` with `HF_GPT2_CONFIGS`, `NO_OVERLAP_RECIPES`, `LORA_NO_CALLBACK_RECIPES`);
-    empty for the others."""
+    (`NO_OVERLAP_LAUNCHES`, `NO_OVERLAP_COMM_CONFIGS` with `HF_GPT2_CONFIGS`, `NO_OVERLAP_RECIPES`,
+    `LORA_NO_CALLBACK_RECIPES`); empty for the others."""
     if row["framework"] == "megatron-core" and any(fact.covers(row) for fact in NO_OVERLAP_LAUNCHES):
         return {"tp_comm_overlap": False, "overlap_param_gather": False, "overlap_grad_reduce": False}
     if row["framework"] == "deepspeed" and any(fact.covers(row) for fact in NO_OVERLAP_COMM_CONFIGS):
