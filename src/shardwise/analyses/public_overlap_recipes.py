@@ -69,17 +69,35 @@ NO_OVERLAP_LAUNCHES = (
 # `reduce_gradients` all-reduces the buckets after the backward. DeepSpeedExamples' autotuning examples
 # (2467552b, 2021-11-13; training/autotuning/hf/dsconfigs/ds_config_fp16_z1.json: stage 1 and fp16
 # alone; autotuning's fast mode tunes the stage and micro-batch alone; every published row is stage 1).
+# The same step gathers the updated 16-bit parameters before it returns (stage2.py `step`: after the
+# fp32-to-fp16 copy, "gather the updated weights from everyone", dist.all_gather per bucket of
+# allgather_bucket_size), so the next forward waits for the gather: overlap_param_gather off too.
+# Stage 1 also turns contiguous_gradients off (engine.py, the same lines), so stage2.py's
+# `reduce_ipg_grads` takes `buffered_reduce_fallback(None, ...)`: `allreduce_bucket` flattens each
+# bucket, div_ by the world size, dist.all_reduce (rank None) and copies the result back into every
+# gradient: the whole gradient all-reduced, not reduce-scattered (`Plan.zero1_grad_all_reduce`; its
+# unsharded passes are priced at nanotron's 16 bytes per parameter where DeepSpeed's flatten, div_
+# and copy-back move 12 in fp16: a floor-side approximation, not refitted).
 NO_OVERLAP_COMM_CONFIGS = (RecipeFact("GitHub deepspeedai/DeepSpeedExamples training/autotuning/hf/"),)
+# Their model is Hugging Face Transformers 4.12.0's GPT2LMHeadModel (run_clm.py --model_name_or_path
+# gpt2, gpt2-medium, gpt2-large, gpt2-xl; the rows' framework column): `Plan.hf_gpt2_ops`.
+HF_GPT2_CONFIGS = (RecipeFact("GitHub deepspeedai/DeepSpeedExamples training/autotuning/hf/gpt2"),)
 
 
 def plan_settings(row: dict[str, str]) -> dict[str, object]:
     """The Plan keyword arguments that turn off what the row's recipe leaves off
-    (`NO_OVERLAP_LAUNCHES`, `NO_OVERLAP_COMM_CONFIGS`, `NO_OVERLAP_RECIPES`, `LORA_NO_CALLBACK_RECIPES`);
-    empty for the others."""
+    (`NO_OVERLAP_LAUNCHES`, `NO_OVERLAP_COMM_CONFIGS` with `HF_GPT2_CONFIGS`, `NO_OVERLAP_RECIPES`,
+    `LORA_NO_CALLBACK_RECIPES`); empty for the others."""
     if row["framework"] == "megatron-core" and any(fact.covers(row) for fact in NO_OVERLAP_LAUNCHES):
         return {"tp_comm_overlap": False, "overlap_param_gather": False, "overlap_grad_reduce": False}
     if row["framework"] == "deepspeed" and any(fact.covers(row) for fact in NO_OVERLAP_COMM_CONFIGS):
-        return {"overlap_grad_reduce": False}
+        gpt2 = any(fact.covers(row) for fact in HF_GPT2_CONFIGS)
+        return {
+            "overlap_grad_reduce": False,
+            "overlap_param_gather": False,
+            "zero1_grad_all_reduce": True,
+            "hf_gpt2_ops": gpt2,
+        }
     if any(fact.covers(row) for fact in NO_OVERLAP_RECIPES):
         return {"tp_comm_overlap": False, "overlap_param_gather": False}
     if row.get("workload") == "lora" and any(fact.covers(row) for fact in LORA_NO_CALLBACK_RECIPES):

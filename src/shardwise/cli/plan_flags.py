@@ -371,6 +371,8 @@ execution_options = stack_options(
         "DeepSpeed's partitioned activation checkpoints (Megatron-DeepSpeed --partition-activations; needs "
         "--recompute full): each layer keeps 1/tp of its input and all-gathers it over TP before recomputing it.",
     ),
+    _switch("zero1-grad-all-reduce", "ZeRO-1 all-reduces whole gradients after the backward (DeepSpeed 0.5)."),
+    _switch("hf-gpt2-ops", "transformers 4.12's eager GPT-2 ops: unfused score passes, gelu_new, addmm bias."),
 )
 
 

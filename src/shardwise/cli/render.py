@@ -256,6 +256,7 @@ def _flags(p: Any) -> str:
         "functional_a2a": "functional expert all-to-alls (saved by per-op AC)",
         "expandable_segments": "expandable segments",
         "partition_activations": "partitioned checkpoints",
+        "hf_gpt2_ops": "transformers 4.12 eager GPT-2 ops",
     }
     on = [label for k, label in names.items() if bool(np.all(np.asarray(getattr(p, k))))]
     if bool(np.all(np.asarray(p.tp_comm_overlap))) and not bool(np.all(np.asarray(p.sequence_parallel))):

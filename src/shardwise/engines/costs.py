@@ -36,6 +36,7 @@ from shardwise.physics.flops import (
     input_gradient,
     layer_forward,
 )
+from shardwise.physics.hf_gpt2 import hf_gpt2_extra_s
 from shardwise.physics.host_passes import drained_passes, forward_kernel_share
 from shardwise.physics.linears import GemmTimes
 from shardwise.physics.lora import lora_layer_times, lora_sp_gathers, norm_returned
@@ -248,6 +249,8 @@ def layer_cost(
         )
         copies_f = np.where(f_bytes > 0, memory_s(f_bytes, gpu, f_kernels), 0.0)
         copies_b = np.where(b_bytes > 0, memory_s(b_bytes, gpu, b_kernels), 0.0)
+    gpt2_f, gpt2_b = hf_gpt2_extra_s(fwd, gpu, plan)  # transformers v4.12's eager GPT-2 (`physics.hf_gpt2`)
+    copies_f, copies_b = copies_f + gpt2_f, copies_b + gpt2_b
     scatter, reduce = comm.reduce_scatter, comm.all_reduce
     # the sequence-parallel gathers at the bytes the recipe gathers (`TpComm`, Transformer Engine's
     # quantised all-gathers): the forward's inputs, the inputs again for wgrad, the output gradients

@@ -108,6 +108,8 @@ class TrainingRequest:
     functional_a2a: bool | None = default("functional_a2a")
     expandable_segments: bool | None = default("expandable_segments")
     partition_activations: bool | None = default("partition_activations")
+    zero1_grad_all_reduce: bool | None = default("zero1_grad_all_reduce")
+    hf_gpt2_ops: bool | None = default("hf_gpt2_ops")
     loss_kernel: str | None = default("loss_kernel")
     optimizer_state: str | None = default("optimizer_state")
     zero3_buckets: str | None = default("zero3_buckets")

@@ -224,6 +224,9 @@ class Plan(PlanLayout):
     fused element-wise work; `layout_copies`: q, k and v are copied out of the fused QKV output and k, v
     concatenated and permuted for the attention kernel (nanotron, `physics.stack`); `head_copies`: q, k
     and v each copied head-major, their gradients copied back, SDPA's output once more (Modalities);
+    `hf_gpt2_ops`: the model is Hugging Face Transformers v4.12's eager GPT-2 (modeling_gpt2.py): five
+    element-wise passes over materialised scores, gelu_new as eight ATen ops, addmm's bias copies and
+    unfused residual dropouts (`physics.hf_gpt2`);
     `grad_reduce_bf16`: the gradient buffer and its data-parallel reduction in the 16-bit parameter
     dtype, not fp32 (Megatron-LM `--grad-reduce-in-bf16`; Megatron-Core's grad_reduce_in_fp32=False,
     which NVIDIA's performance recipes set: `physics.memory.grad_bytes_per_param`);
@@ -337,6 +340,7 @@ class Plan(PlanLayout):
     eager_glu: bool | np.ndarray = False
     layout_copies: bool | np.ndarray = False
     head_copies: bool | np.ndarray = False
+    hf_gpt2_ops: bool | np.ndarray = False
     grad_reduce_bf16: bool | np.ndarray = False
     spmd_grad_reduce: bool | np.ndarray = False
     scan_unpipelined: bool | np.ndarray = False

@@ -104,6 +104,7 @@ BOOLEAN_FIELDS = (
     "eager_glu",
     "layout_copies",
     "head_copies",
+    "hf_gpt2_ops",
     "grad_reduce_bf16",
     "spmd_grad_reduce",
     "scan_unpipelined",

@@ -1,0 +1,83 @@
+"""Transformers v4.12's eager GPT-2 beyond the priced eager stack (`Plan.hf_gpt2_ops`,
+`physics.hf_gpt2`), and DeepSpeed 0.5's ZeRO-1 step on DeepSpeedExamples' autotuning/hf rows."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from shardwise import presets
+from shardwise.analyses import public_overlap_recipes, public_stacks
+from shardwise.analyses.search_space import stack_execution
+from shardwise.engines.costs import layer_cost
+from shardwise.engines.tp_overlap import tp_comm
+from shardwise.physics.collectives import Fabric
+from shardwise.physics.compute import memory_s
+from shardwise.physics.hf_gpt2 import hf_gpt2_extra_bytes
+from shardwise.physics.topology import placement
+from shardwise.specs import Plan, Scenario
+
+E = 2.0  # fp16
+
+
+def test_the_score_passes_cost_6e_forward_and_e_minus_1_backward_beyond_the_fused_path():
+    """Five passes (10e + 1) against the fused two (4e + 1) forward; 9e + 1 against twice 4e + 1 backward."""
+    (f, b), (fk, bk) = hf_gpt2_extra_bytes(1.0, 0.0, 0.0, 0.0, E, True)
+    assert (f, b) == ((10 * E + 1) - (4 * E + 1), (9 * E + 1) - 2 * (4 * E + 1))
+    # the MLP's, the linears' and the residuals' kernels are there whatever the scores
+    (f0, b0), (fk0, bk0) = hf_gpt2_extra_bytes(1.0, 0.0, 0.0, 0.0, E, False)
+    assert (f0, b0) == (0.0, 0.0) and (fk - fk0, bk - bk0) == (3, 2)
+
+
+def test_gelu_new_moves_18e_forward_and_28e_backward_against_one_kernels_2e_and_4e():
+    (f, b), _ = hf_gpt2_extra_bytes(0.0, 1.0, 0.0, 0.0, E, False)
+    assert (f, b) == ((18 - 2) * E, (28 - 4) * E)
+
+
+def test_addmm_copies_the_bias_and_the_residual_dropout_runs_apart():
+    (f, b), _ = hf_gpt2_extra_bytes(0.0, 0.0, 9.0, 0.0, E, False)
+    assert (f, b) == (2 * E * 9.0, 0.0)
+    (f, b), _ = hf_gpt2_extra_bytes(0.0, 0.0, 0.0, 1.0, E, False)
+    assert (f, b) == (2 * 2 * E, 0.0)  # two residual branches, 2e each
+
+
+def _scenario(**over: object) -> Scenario:
+    """GPT-2 small at micro-batch 8 on a DGX-2's 16 V100s, ZeRO-1, fp16, scores materialised."""
+    fw = stack_execution("deepspeed", {}, "fp16")
+    fw.update(over)
+    plan = Plan(dp=16, global_batch=128, micro_batch=8, zero_stage=1, precision="fp16", flash_attention=False, **fw)
+    return Scenario(presets.model("gpt2-124m"), presets.system("dgx-2", nodes=1), plan)
+
+
+def _layer(scn: Scenario):
+    comm = tp_comm(scn, Fabric.of(scn.cluster), placement(scn.plan, scn.cluster.gpus_per_node)["tp"])
+    return layer_cost(scn, comm)[0]
+
+
+def test_the_layer_pays_those_bytes_where_the_flag_is_on():
+    off = _scenario()
+    on = dataclasses.replace(off, plan=dataclasses.replace(off.plan, hf_gpt2_ops=True))
+    b, s, h, a = 8, 1024, off.model.hidden, off.model.heads
+    tokens = b * s
+    (f_bytes, b_bytes), (fk, bk) = hf_gpt2_extra_bytes(
+        b * a * s * s, tokens * 4 * h, tokens * 9 * h, tokens * h, E, True
+    )
+    gpu = off.cluster.gpu
+    assert _layer(on).compute_forward_s - _layer(off).compute_forward_s == pytest.approx(memory_s(f_bytes, gpu, fk))
+    assert _layer(on).compute_backward_s - _layer(off).compute_backward_s == pytest.approx(memory_s(b_bytes, gpu, bk))
+
+
+def test_only_the_autotuning_gpt2_rows_take_the_gpt2_ops_and_deepspeed_05s_zero1_step():
+    from shardwise.analyses.public_runs import raw_rows
+
+    rows = [r for r in raw_rows() if r["framework"] == "deepspeed"]
+    gpt2 = [r for r in rows if "DeepSpeedExamples training/autotuning/hf/gpt2" in r["source"]]
+    others = [r for r in rows if r not in gpt2]
+    assert len(gpt2) == 8 and others
+    for r in gpt2:
+        kw = public_overlap_recipes.plan_settings(r)
+        assert kw["hf_gpt2_ops"] and kw["zero1_grad_all_reduce"]
+        assert not kw["overlap_grad_reduce"] and not kw["overlap_param_gather"]
+        assert public_stacks.execution(r)[1].get("hf_gpt2_ops") is True
+    assert not any(public_stacks.execution(r)[1].get("hf_gpt2_ops") for r in others)
