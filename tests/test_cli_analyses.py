@@ -152,6 +152,18 @@ def test_a_plan_invalid_everywhere_is_an_error_naming_the_rule(cli, tmp_path, mo
     assert list(tmp_path.iterdir()) == []
 
 
+def test_sensitivity_names_the_rule_an_invalid_cell_breaks(cli):
+    # halving gpt-1.7b's 24 layers leaves 12 for 16 stages: the stage rule, not a divisibility one
+    # (uneven splits are allowed; review 44 #14)
+    code, out, _ = cli(
+        ["sensitivity", "--no-plot", "--model", "gpt-1.7b", "--plan", "tp=8", "--plan", "pp=16", "--gpus", "16"]
+    )
+    text = " ".join(out.split())
+    assert code == 0 and "invalid" in text
+    assert "not possible there (every pipeline stage needs at least one layer per model chunk)" in text
+    assert "divisible by pp" not in text
+
+
 def test_timeline_writes_a_gantt_chart_and_a_chrome_trace(cli, tmp_path):
     png, trace = tmp_path / "t.png", tmp_path / "t.json"
     code, out, _ = cli(

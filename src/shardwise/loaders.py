@@ -194,14 +194,15 @@ def _spec(kind: str, name: str, data: Mapping[str, Any], fields: Mapping[str, An
         raise
 
 
-def unknown_field(key: object, allowed: Iterable[str]) -> str:
-    """'unknown field 'inter_node_lnk' (did you mean inter_node_link?); allowed: ...'."""
+def unknown_field(key: object, allowed: Iterable[str], listed: bool = True) -> str:
+    """'unknown field 'inter_node_lnk' (did you mean inter_node_link?); allowed: ...' (without the
+    list of what is allowed when not `listed`)."""
     import difflib
 
     names = sorted(allowed)
     close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]}?)" if close else ""
-    return f"unknown field {key!r}{hint}; allowed: {', '.join(names)}"
+    return f"unknown field {key!r}{hint}" + (f"; allowed: {', '.join(names)}" if listed else "")
 
 
 def _require(kind: str, name: str, data: Mapping[str, Any], keys: tuple[str, ...], known: Iterable[str] = ()) -> None:
@@ -286,6 +287,12 @@ def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
     if family not in FAMILIES:
         raise SpecError(f"model {name!r}: family {family!r} is not allowed; choose one of {', '.join(FAMILIES)}")
     kwargs: dict[str, Any] = dict(FAMILIES[family])
+    known = (*_MODEL_INTS, *_MODEL_FLAGS, "family", "hybrid_pattern", "hf_id", "architecture")
+    known = (*known, "rope_theta", "rope_local_theta", "activation")
+    unknown = [k for k in data if k not in _IGNORED and k not in known]
+    if len(unknown) > 1:  # every misspelt key, one line each (review 44: a second typo went unreported)
+        lines = [f"model {name!r}: {unknown_field(k, known, listed=False)}" for k in unknown]
+        raise SpecError("\n".join([*lines, f"model {name!r}: allowed: {', '.join(sorted(known))}"]))
     for key, value in data.items():
         if key in _IGNORED or key == "family":
             continue
@@ -322,8 +329,6 @@ def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
                 raise SpecError(f"model {name!r}: {key}: {value!r} must be true or false")
             kwargs[key] = value
         else:
-            known = (*_MODEL_INTS, *_MODEL_FLAGS, "family", "hybrid_pattern", "hf_id", "architecture")
-            known = (*known, "rope_theta", "rope_local_theta", "activation")
             raise SpecError(f"model {name!r}: {unknown_field(key, known)}")
     return Model(name=name, notes=str(data.get("source", "")), **kwargs)
 

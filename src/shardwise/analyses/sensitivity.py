@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardwise.analyses.bands import ratio_log_sd
-from shardwise.analyses.evaluate import times_s
+from shardwise.analyses.evaluate import times_s, why_invalid
 from shardwise.analyses.sweep import check_size, run_sweep
 from shardwise.calibration.spreads import Z80
 from shardwise.specs.experiment import Experiment
@@ -154,3 +154,20 @@ def one_at_a_time(
         )
     bars.sort(key=lambda bar: -bar.spread if np.isfinite(bar.spread) else 0.0)
     return base_ratio, bars
+
+
+def broken_rules(exp: Experiment, link_index: int, bars: list[TornadoBar]) -> list[str]:
+    """The validity rules (`specs.rules`, as `analyses.evaluate.why_invalid` names them) that a
+    plan breaks where a bar's ratio is invalid (NaN): what the tornado's "invalid" cells mean, in
+    the order met, each once."""
+    link = exp.links[link_index].link
+    found: list[str] = []
+    for bar in bars:
+        for ratio, value in ((bar.ratio_low, bar.low_value), (bar.ratio_high, bar.high_value)):
+            if ratio == ratio:
+                continue
+            for plan in exp.plans:
+                rule = why_invalid(exp, plan, link, {bar.variable: np.array([value])})
+                if rule and rule not in found:
+                    found.append(rule)
+    return found

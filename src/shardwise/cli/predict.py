@@ -18,7 +18,9 @@ from shardwise.cli.options import cluster_options, emit_option, emit_version_opt
     type=click.Choice(["analytic", "simulate"], case_sensitive=False),
     default="analytic",
     show_default=True,
-    help="analytic: the closed form; simulate: discrete-event simulation of the pipeline schedule.",
+    help="analytic: the cost model (1F1B by its exact recurrence; GPipe, interleaved and zero-bubble "
+    "schedules by the closed form, approximate with unequal stages); simulate: discrete-event "
+    "simulation of the pipeline schedule.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (step_time_s, breakdown_s, memory_bytes, ...).")
 @emit_option("this plan's", "docs/emit/; --json carries it as `launch`")

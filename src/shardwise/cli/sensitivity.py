@@ -234,7 +234,11 @@ def _print(
     if any(r == r and not f for r, f in cells):
         out.print("[dim]* a plan does not fit in GPU memory there (the ratio is of times only)[/]")
     if any(r != r for r, _ in cells):
-        out.print("[dim]invalid: a plan's layout is not possible there (e.g. layers not divisible by pp)[/]")
+        from shardwise.analyses.sensitivity import broken_rules
+
+        rules = [r for i, (_, _, bars) in enumerate(tornadoes) for r in broken_rules(exp, i, bars)]
+        why = "; ".join(dict.fromkeys(rules)) or "a rule of the plan breaks"
+        out.print(f"[dim]invalid: a plan's layout is not possible there ({why})[/]")
     for f in figures:
         out.print(f"figure: {f}")
 

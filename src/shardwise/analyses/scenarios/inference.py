@@ -132,14 +132,14 @@ def _ttft_verdict(pp_first: dict[str, np.ndarray], prompts: np.ndarray, series: 
             j = int(np.flatnonzero(prompts == tp_first[0])[0])
             suffix = np.array_equal(tp_first, prompts[-tp_first.size :])
             span = f"from {tp_first[0]} tokens on" if suffix else "for prompts of " + ", ".join(map(str, tp_first))
-            held.append(f"{on} {span} ({tp_series[j]:.0f} against {pp_series[j]:.0f} ms at {tp_first[0]})")
+            held.append(f"{on} {span} (TP=8 {tp_series[j]:.0f} ms against PP=8 {pp_series[j]:.0f} ms at {tp_first[0]})")
         if where.size:
             j = int(np.flatnonzero(prompts == where[0])[0])
             prefix = np.array_equal(where, prompts[: where.size])
             span = f"up to {where[-1]}" if prefix else "of " + ", ".join(str(n) for n in where)
             failed.append(
-                f"{on} PP=8 has the lower TTFT for prompts {span} tokens ({pp_series[j]:.0f} against "
-                f"{tp_series[j]:.0f} ms at {where[0]})"
+                f"{on} PP=8 has the lower TTFT for prompts {span} tokens (PP=8 {pp_series[j]:.0f} ms against "
+                f"TP=8 {tp_series[j]:.0f} ms at {where[0]})"
             )
     why = (
         ": TP's prefill all-reduces carry every prompt token (serving.md finds the same for Llama 3 70B "
