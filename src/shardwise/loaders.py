@@ -290,9 +290,9 @@ def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
     known = (*_MODEL_INTS, *_MODEL_FLAGS, "family", "hybrid_pattern", "hf_id", "architecture")
     known = (*known, "rope_theta", "rope_local_theta", "activation")
     unknown = [k for k in data if k not in _IGNORED and k not in known]
-    if len(unknown) > 1:  # every misspelt key, one line each (review 44: a second typo went unreported)
-        lines = [f"model {name!r}: {unknown_field(k, known, listed=False)}" for k in unknown]
-        raise SpecError("\n".join([*lines, f"model {name!r}: allowed: {', '.join(sorted(known))}"]))
+    if len(unknown) > 1:  # every misspelt key, in one line (review 44: a second typo went unreported)
+        each = "; ".join(unknown_field(k, known, listed=False) for k in unknown)
+        raise SpecError(f"model {name!r}: {each}; allowed: {', '.join(sorted(known))}")
     for key, value in data.items():
         if key in _IGNORED or key == "family":
             continue
