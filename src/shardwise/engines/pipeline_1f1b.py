@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 
 # rounds past the first 2p after which a plan whose ends still grow unevenly takes the rest by squaring
 _SETTLE_ROUNDS = 32
-_SETTLE_EVERY = 4
+# the first round checked for settling (max-plus: ends that all grew by lambda in one round always will)
+_SETTLE_FROM = 2
 # an end "grew by lambda" within this share of the ends (rounding of sums of a few dozen terms)
 _SETTLED_RTOL = 1e-13
 
@@ -75,12 +76,50 @@ def _makespan(f: np.ndarray, b: np.ndarray, m: np.ndarray, p: int) -> np.ndarray
     fe, be = _uniform_rounds(last_f, last_f, f, b, m - w0, p)
     # the last w0 rounds: stage i runs its forward while t < w0 - w_i, then only backwards
     sums = _backward_sums(b)
+    full = m >= p - 1  # a full cool-down: stage i's forward in its first i rounds
+    out = np.empty(len(m))
+    if p > 1:
+        out[full] = _cool_down(fe[full], be[full], f[full], b[full], (sums[0][full], sums[1][full]))
+    else:
+        out[full] = be[full, 0]
+    part = np.flatnonzero(~full)
+    fe, be, f, w0, warm = fe[part], be[part], f[part], w0[part], warm[part]
+    sums = (sums[0][part], sums[1][part])
     for t in range(int(w0.max(initial=0))):
         has_f = t < (w0[:, None] - warm)
         nf, nb = _round(fe, be, f, sums, has_f)
         live = (t < w0)[:, None]
         fe, be = np.where(live, nf, fe), np.where(live, nb, be)
-    return be.max(axis=-1)
+    out[part] = be.max(axis=-1)
+    return out
+
+
+def _cool_down(
+    fe: np.ndarray, be: np.ndarray, f: np.ndarray, b: np.ndarray, sums: tuple[np.ndarray, np.ndarray]
+) -> np.ndarray:
+    """The makespan after the p - 1 rounds of a full cool-down (m >= p - 1) from (fe, be).
+
+    In round t stages t + 1 .. p - 1 run a forward and a backward (`_round` on those columns: they
+    read no lower stage's backward) and stages 0 .. t a backward alone, each after its last one and
+    the next stage's: B_i(t) = max(B_i(t - 1), B_i+1(t)) + b_i. The backward-only stages take the
+    value E_t = max(B_t(t - 1), B_t+1(t)) entering them at stage t in round t (both from the upper
+    stages) to the last backward B_0(p - 2) along a staircase path of b's: each of stages 0 .. t once
+    and the slowest of them p - 2 - t more times, so the makespan is
+    max_t E_t + b_0 + .. + b_t + (p - 2 - t) max(b_0 .. b_t)."""
+    tail, after = sums
+    n, p = fe.shape
+    fe, be = fe.copy(), be.copy()
+    enter = np.empty((n, p - 1))
+    for t in range(p - 1):
+        nf = np.maximum(be[:, t + 1 :], fe[:, t:-1])
+        nf += f[:, t + 1 :]
+        fe[:, t + 1 :] = nf
+        nf -= after[:, t + 1 :]
+        nb = tail[:, t + 1 :] + np.maximum.accumulate(nf[:, ::-1], axis=-1)[:, ::-1]
+        np.maximum(be[:, t], nb[:, 0], out=enter[:, t])
+        be[:, t + 1 :] = nb
+    stair = np.cumsum(b[:, :-1], axis=-1) + (p - 2 - np.arange(p - 1)) * np.maximum.accumulate(b[:, :-1], axis=-1)
+    return (enter + stair).max(axis=-1)
 
 
 def _uniform_rounds(
@@ -110,7 +149,7 @@ def _uniform_rounds(
         g += 1
         done = left == 1
         finished = done
-        if g > 2 * p and g % _SETTLE_EVERY == 0:
+        if g >= _SETTLE_FROM:
             tol = _SETTLED_RTOL * (np.abs(nb).max(axis=-1) + lam_r)
             grew = lam_r[:, None]
             step = np.maximum(np.abs(nf - cur_f - grew).max(axis=-1), np.abs(nb - cur_b - grew).max(axis=-1))
@@ -231,11 +270,18 @@ def uneven_stages_s(
     # shallower pipelines behind stages that take no time: a stage's warm-up counts the stages after
     # it, and an idle stage in front passes every forward on at once and waits for each backward, so
     # p stages padded to P in front end where they would alone; one pass per power of 2 of depths
-    bucket = 2 ** np.ceil(np.log2(p[deep]))
+    bucket = _depth_bucket(p[deep])
     for size in np.unique(bucket):
         rows = deep[bucket == size]
         out[rows] = _padded_makespan(rows, p, m, (ff, cf, fl, cl), (fm, cm, fs, cs), (n_max, n_min, n_tot), counts)
     return out.reshape(shape)
+
+
+def _depth_bucket(p: np.ndarray) -> np.ndarray:
+    """The depth each pipeline is padded to: the next multiple of an eighth of the power of 2 at or
+    below it (at most 1/8 of the stages padding; the cost of a pass grows as depth squared)."""
+    step = np.maximum(2.0 ** np.floor(np.log2(p)) / 8, 1.0)
+    return np.ceil(p / step) * step
 
 
 def _padded_makespan(
@@ -268,9 +314,21 @@ def _padded_makespan(
                 per_layer = np.divide(lack[:, None], short, out=np.zeros_like(short), where=short > 0)
                 col[at, lo + 1 : top_p - 1] = top[sel][:, None] - per_layer * gap
     # plans with the same stages and micro-batches (a planner's, apart in dp or ZeRO) priced once
-    keys = np.column_stack([fwd, whole, m[rows]])
-    _, first, back = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-    return one_f_one_b_s(fwd[first], whole[first] - fwd[first], m[rows][first])[back.reshape(-1)]
+    first, back = _distinct_rows(np.column_stack([fwd, whole, m[rows]]))
+    return one_f_one_b_s(fwd[first], whole[first] - fwd[first], m[rows][first])[back]
+
+
+def _distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first row of each distinct row of `keys` (bitwise) and each row's place among them
+    (a dict of the rows' bytes: a tenth of `np.unique(axis=0)`'s sort on the planner's ~10^3 rows)."""
+    seen: dict[bytes, int] = {}
+    first: list[int] = []
+    back = np.empty(len(keys), np.int64)
+    for i, row in enumerate(np.ascontiguousarray(keys)):
+        back[i] = seen.setdefault(row.tobytes(), len(first))
+        if back[i] == len(first):
+            first.append(i)
+    return np.asarray(first, np.int64), back
 
 
 def _middle_counts(counts: tuple[int, ...] | None, p: int, n_min: np.ndarray, n_tot: np.ndarray) -> np.ndarray:
