@@ -75,50 +75,44 @@ def _makespan(f: np.ndarray, b: np.ndarray, m: np.ndarray, p: int) -> np.ndarray
     # x(-1): the last warm-up forward is also each stage's last operation
     fe, be = _uniform_rounds(last_f, last_f, f, b, m - w0, p)
     # the last w0 rounds: stage i runs its forward while t < w0 - w_i, then only backwards
-    sums = _backward_sums(b)
-    full = m >= p - 1  # a full cool-down: stage i's forward in its first i rounds
-    out = np.empty(len(m))
-    if p > 1:
-        out[full] = _cool_down(fe[full], be[full], f[full], b[full], (sums[0][full], sums[1][full]))
-    else:
-        out[full] = be[full, 0]
-    part = np.flatnonzero(~full)
-    fe, be, f, w0, warm = fe[part], be[part], f[part], w0[part], warm[part]
-    sums = (sums[0][part], sums[1][part])
-    for t in range(int(w0.max(initial=0))):
-        has_f = t < (w0[:, None] - warm)
-        nf, nb = _round(fe, be, f, sums, has_f)
-        live = (t < w0)[:, None]
-        fe, be = np.where(live, nf, fe), np.where(live, nb, be)
-    out[part] = be.max(axis=-1)
-    return out
+    if p == 1:
+        return be[:, 0]
+    return _cool_down(fe, be, f, b, p - 1 - w0)
 
 
-def _cool_down(
-    fe: np.ndarray, be: np.ndarray, f: np.ndarray, b: np.ndarray, sums: tuple[np.ndarray, np.ndarray]
-) -> np.ndarray:
-    """The makespan after the p - 1 rounds of a full cool-down (m >= p - 1) from (fe, be).
+def _cool_down(fe: np.ndarray, be: np.ndarray, f: np.ndarray, b: np.ndarray, idle: np.ndarray) -> np.ndarray:
+    """The makespan after the last w0 = p - 1 - d rounds from (fe, be), d = `idle` (n,): the stages
+    that ran all their forwards in the warm-up (m < p - 1; else 0).
 
-    In round t stages t + 1 .. p - 1 run a forward and a backward (`_round` on those columns: they
-    read no lower stage's backward) and stages 0 .. t a backward alone, each after its last one and
-    the next stage's: B_i(t) = max(B_i(t - 1), B_i+1(t)) + b_i. The backward-only stages take the
-    value E_t = max(B_t(t - 1), B_t+1(t)) entering them at stage t in round t (both from the upper
-    stages) to the last backward B_0(p - 2) along a staircase path of b's: each of stages 0 .. t once
-    and the slowest of them p - 2 - t more times, so the makespan is
-    max_t E_t + b_0 + .. + b_t + (p - 2 - t) max(b_0 .. b_t)."""
-    tail, after = sums
+    In round t stages d + t + 1 .. p - 1 run a forward and a backward (`_round` on those columns:
+    they read no lower stage's backward) and stages 0 .. d + t a backward alone, each after its last
+    one and the next stage's: B_i(t) = max(B_i(t - 1), B_i+1(t)) + b_i. The backward-only stages
+    take the value E_t = max(B_s(t - 1), B_s+1(t)) entering them at stage s = d + t in round t (both
+    from the upper stages; what entered them before reached B_s(t - 1)) to the last backward
+    B_0(w0 - 1) along a staircase path of b's: each of stages 0 .. s once and the slowest of them
+    w0 - 1 - t more times, so the makespan is max_t E_t + b_0 + .. + b_s + (w0 - 1 - t) max(b_0 .. b_s).
+    Rows with d > 0 compute the columns d + 1 .. d + t of round t as well, unread (they only feed
+    lower columns)."""
     n, p = fe.shape
+    tail, after = _backward_sums(b)
     fe, be = fe.copy(), be.copy()
-    enter = np.empty((n, p - 1))
-    for t in range(p - 1):
+    last = p - 2 - idle  # the last round t = w0 - 1
+    rows = np.arange(n)
+    enter = np.full((n, p - 1), -np.inf)
+    for t in range(int(last.max()) + 1):
         nf = np.maximum(be[:, t + 1 :], fe[:, t:-1])
         nf += f[:, t + 1 :]
         fe[:, t + 1 :] = nf
         nf -= after[:, t + 1 :]
         nb = tail[:, t + 1 :] + np.maximum.accumulate(nf[:, ::-1], axis=-1)[:, ::-1]
-        np.maximum(be[:, t], nb[:, 0], out=enter[:, t])
+        at = np.minimum(idle + t, p - 2)
+        enter[:, t] = np.maximum(be[rows, at], nb[rows, at - t])
         be[:, t + 1 :] = nb
-    stair = np.cumsum(b[:, :-1], axis=-1) + (p - 2 - np.arange(p - 1)) * np.maximum.accumulate(b[:, :-1], axis=-1)
+    rounds = np.arange(p - 1)
+    at = np.minimum(idle[:, None] + rounds, p - 2)
+    fill = np.take_along_axis(np.cumsum(b, axis=-1), at, axis=-1)
+    slow = np.take_along_axis(np.maximum.accumulate(b, axis=-1), at, axis=-1)
+    stair = np.where(rounds <= last[:, None], fill + (last[:, None] - rounds) * slow, -np.inf)
     return (enter + stair).max(axis=-1)
 
 
