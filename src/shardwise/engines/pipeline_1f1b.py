@@ -65,6 +65,30 @@ def one_f_one_b_s(forward_s: Number, backward_s: Number, micro_batches: Number) 
 
 
 def _makespan(f: np.ndarray, b: np.ndarray, m: np.ndarray, p: int) -> np.ndarray:
+    """`one_f_one_b_s` of plans whose stage vectors may repeat with other m (a planner's, apart in
+    dp): plans with the same stages and m >= p - 1 start the uniform rounds from the same state,
+    and once it grows by lambda a round (`_uniform_rounds`) so does what follows (max-plus is
+    homogeneous), so the one with the fewest rounds is run and the others add lambda per round more;
+    the others of a run that ended before it settled are run each on its own."""
+    rounds = m - np.minimum(p - 1, m)
+    key = np.column_stack([f, b, np.where(rounds > 0, -1.0, m)])  # short pipelines: m sets the warm-up
+    order = np.lexsort((rounds,))  # the fewest rounds first: `_distinct_rows` keeps the first
+    first, back = _distinct_rows(key[order])
+    rep = order[first]
+    span, settled = _makespan_of(f[rep], b[rep], m[rep], p)
+    group = np.empty(len(m), np.int64)
+    group[order] = back
+    lam = (f + b).max(axis=-1)
+    out = span[group] + (rounds - rounds[rep][group]) * lam
+    again = np.flatnonzero(~settled[group])
+    again = again[~np.isin(again, rep)]
+    if again.size:  # rare (near ties): each on its own
+        out[again] = _makespan_of(f[again], b[again], m[again], p)[0]
+    return out
+
+
+def _makespan_of(f: np.ndarray, b: np.ndarray, m: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """The makespan of each plan, and whether its uniform rounds settled."""
     stage = np.arange(p)
     warm = np.minimum(p - 1 - stage[None, :], m[:, None])  # (n, p) warm-up forwards w_i
     w0 = warm[:, 0]  # the most: min(p - 1, m)
@@ -73,11 +97,11 @@ def _makespan(f: np.ndarray, b: np.ndarray, m: np.ndarray, p: int) -> np.ndarray
     reach = np.cumsum(f, axis=-1) + (warm - 1) * np.maximum.accumulate(f, axis=-1)
     last_f = np.where(warm > 0, reach, 0.0)
     # x(-1): the last warm-up forward is also each stage's last operation
-    fe, be = _uniform_rounds(last_f, last_f, f, b, m - w0, p)
+    fe, be, settled = _uniform_rounds(last_f, last_f, f, b, m - w0, p)
     # the last w0 rounds: stage i runs its forward while t < w0 - w_i, then only backwards
     if p == 1:
-        return be[:, 0]
-    return _cool_down(fe, be, f, b, p - 1 - w0)
+        return be[:, 0], settled
+    return _cool_down(fe, be, f, b, p - 1 - w0), settled
 
 
 def _cool_down(fe: np.ndarray, be: np.ndarray, f: np.ndarray, b: np.ndarray, idle: np.ndarray) -> np.ndarray:
@@ -118,8 +142,9 @@ def _cool_down(fe: np.ndarray, be: np.ndarray, f: np.ndarray, b: np.ndarray, idl
 
 def _uniform_rounds(
     fe: np.ndarray, be: np.ndarray, f: np.ndarray, b: np.ndarray, rounds: np.ndarray, p: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """`rounds` (n,) rounds in which every stage runs a forward and a backward, from (fe, be).
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`rounds` (n,) rounds in which every stage runs a forward and a backward, from (fe, be),
+    and whether each plan's ends settled (grew by lambda in one of them).
 
     Past the first 2p rounds (what any path needs to reach a stage and leave it: the rest of it
     repeats one stage's round) every end grows by lambda = max_j (f_j + b_j) a round once the
@@ -129,6 +154,7 @@ def _uniform_rounds(
     not there after `_SETTLE_ROUNDS` more take the rest as M^rounds by squaring (`_power`)."""
     lam = (f + b).max(axis=-1)
     out_f, out_b = fe.copy(), be.copy()
+    steady = np.zeros(len(rounds), dtype=bool)
     rows = np.flatnonzero(rounds > 0)
     cur_f, cur_b = fe[rows], be[rows]
     f_r, b_r, lam_r, todo = f[rows], b[rows], lam[rows], rounds[rows]
@@ -150,6 +176,7 @@ def _uniform_rounds(
             settled = (step <= tol) & ~done
             ahead = ((left - 1) * lam_r)[settled][:, None]
             out_f[rows[settled]], out_b[rows[settled]] = nf[settled] + ahead, nb[settled] + ahead
+            steady[rows[settled]] = True
             finished = done | settled
         out_f[rows[done]], out_b[rows[done]] = nf[done], nb[done]
         if finished.any():
@@ -157,7 +184,7 @@ def _uniform_rounds(
             rows, nf, nb, f_r, b_r, lam_r, todo = (x[keep] for x in (rows, nf, nb, f_r, b_r, lam_r, todo))
             sums = tuple(x[keep] for x in sums)
         cur_f, cur_b = nf, nb
-    return out_f, out_b
+    return out_f, out_b, steady
 
 
 def _backward_sums(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
