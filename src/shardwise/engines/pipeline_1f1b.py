@@ -19,7 +19,8 @@ for g = 0), and the backward reads the backward stage i + 1 ran in the same roun
 The first G = m - min(p - 1, m) rounds are the same max-plus linear map x(g) = M x(g - 1) of the 2p
 ends (F, B per stage), so x(G - 1) = M^G x(-1) takes log2 G max-plus squarings of M (2p x 2p,
 built by running one round on unit states) instead of G rounds; the warm-up and the last min(p - 1,
-m) rounds (stage i's i forwards left, then cool-down backwards) run as they are. Only max and +:
+m) rounds (stage i's i forwards left, then cool-down backwards) run on the stages still running
+forwards, the backward-only ones in closed form (`_cool_down`). Only max and +:
 the makespan never decreases when a duration grows, also in floating point (both are monotone
 under rounding). For equal stages it is (m + p - 1)(f + b), the closed form
 (`engines.pipeline.pipeline_makespan_s`); for unequal ones it is the simulator's pipeline end
@@ -150,7 +151,8 @@ def _uniform_rounds(
     repeats one stage's round) every end grows by lambda = max_j (f_j + b_j) a round once the
     paths through slower stages have fallen behind, and from the round in which no end grew by
     other than lambda, none will (those paths only fall further behind): the ends then move on
-    by lambda a round, (rounds - g) lambda at once (checked every `_SETTLE_EVERY` rounds). Plans
+    by lambda a round, (rounds - g) lambda at once (checked every round from `_SETTLE_FROM`: the max-plus map keeps
+    a growth by lambda once it holds, in any round). Plans
     not there after `_SETTLE_ROUNDS` more take the rest as M^rounds by squaring (`_power`)."""
     lam = (f + b).max(axis=-1)
     out_f, out_b = fe.copy(), be.copy()
@@ -290,7 +292,7 @@ def uneven_stages_s(
         return out.reshape(shape)
     # shallower pipelines behind stages that take no time: a stage's warm-up counts the stages after
     # it, and an idle stage in front passes every forward on at once and waits for each backward, so
-    # p stages padded to P in front end where they would alone; one pass per power of 2 of depths
+    # p stages padded to P in front end where they would alone; one pass per bucket of depths (`_depth_bucket`)
     bucket = _depth_bucket(p[deep])
     for size in np.unique(bucket):
         rows = deep[bucket == size]
