@@ -112,3 +112,17 @@ def test_pipelines_of_several_depths_padded_in_front_end_as_they_would_alone():
         assert got[k] == pytest.approx(_simulated(f, c - f, m), rel=1e-9, abs=0)
         closed = float(pipeline_makespan_s(c[0], max(mids, default=0) * per_c, c[-1], p, m, 1, sum(mids) * per_c))
         assert got[k] <= closed * (1 + 1e-12)
+
+
+def test_repeated_stages_with_other_micro_batches_share_their_run():
+    """A planner's plans apart in dp: the same stages with other m, settled or near ties (squared or
+    run on their own), and pipelines too short for any uniform round, end where the simulator ends them."""
+    rng = np.random.default_rng(13)
+    p = 7
+    f, b = rng.uniform(0.1, 2.0, (4, p)), rng.uniform(0.1, 3.0, (4, p))
+    f[1, 2], b[1, 2] = f[1, 5] * (1 + 1e-9), b[1, 5]  # slow to settle
+    rows = np.repeat(np.arange(4), 6)
+    m = np.array([1, 3, 6, 9, 40, 300] * 4)
+    got = one_f_one_b_s(f[rows], b[rows], m)
+    for i, row in enumerate(rows):
+        assert got[i] == pytest.approx(_simulated(f[row], b[row], int(m[i])), rel=1e-9, abs=0)

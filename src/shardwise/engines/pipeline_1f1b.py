@@ -19,7 +19,8 @@ for g = 0), and the backward reads the backward stage i + 1 ran in the same roun
 The first G = m - min(p - 1, m) rounds are the same max-plus linear map x(g) = M x(g - 1) of the 2p
 ends (F, B per stage), so x(G - 1) = M^G x(-1) takes log2 G max-plus squarings of M (2p x 2p,
 built by running one round on unit states) instead of G rounds; the warm-up and the last min(p - 1,
-m) rounds (stage i's i forwards left, then cool-down backwards) run as they are. Only max and +:
+m) rounds (stage i's i forwards left, then cool-down backwards) run on the stages still running
+forwards, the backward-only ones in closed form (`_cool_down`). Only max and +:
 the makespan never decreases when a duration grows, also in floating point (both are monotone
 under rounding). For equal stages it is (m + p - 1)(f + b), the closed form
 (`engines.pipeline.pipeline_makespan_s`); for unequal ones it is the simulator's pipeline end
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
 
 # rounds past the first 2p after which a plan whose ends still grow unevenly takes the rest by squaring
 _SETTLE_ROUNDS = 32
-_SETTLE_EVERY = 4
+# the first round checked for settling (max-plus: ends that all grew by lambda in one round always will)
+_SETTLE_FROM = 2
 # an end "grew by lambda" within this share of the ends (rounding of sums of a few dozen terms)
 _SETTLED_RTOL = 1e-13
 
@@ -64,6 +66,30 @@ def one_f_one_b_s(forward_s: Number, backward_s: Number, micro_batches: Number) 
 
 
 def _makespan(f: np.ndarray, b: np.ndarray, m: np.ndarray, p: int) -> np.ndarray:
+    """`one_f_one_b_s` of plans whose stage vectors may repeat with other m (a planner's, apart in
+    dp): plans with the same stages and m >= p - 1 start the uniform rounds from the same state,
+    and once it grows by lambda a round (`_uniform_rounds`) so does what follows (max-plus is
+    homogeneous), so the one with the fewest rounds is run and the others add lambda per round more;
+    the others of a run that ended before it settled are run each on its own."""
+    rounds = m - np.minimum(p - 1, m)
+    key = np.column_stack([f, b, np.where(rounds > 0, -1.0, m)])  # short pipelines: m sets the warm-up
+    order = np.lexsort((rounds,))  # the fewest rounds first: `_distinct_rows` keeps the first
+    first, back = _distinct_rows(key[order])
+    rep = order[first]
+    span, settled = _makespan_of(f[rep], b[rep], m[rep], p)
+    group = np.empty(len(m), np.int64)
+    group[order] = back
+    lam = (f + b).max(axis=-1)
+    out = span[group] + (rounds - rounds[rep][group]) * lam
+    again = np.flatnonzero(~settled[group])
+    again = again[~np.isin(again, rep)]
+    if again.size:  # rare (near ties): each on its own
+        out[again] = _makespan_of(f[again], b[again], m[again], p)[0]
+    return out
+
+
+def _makespan_of(f: np.ndarray, b: np.ndarray, m: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """The makespan of each plan, and whether its uniform rounds settled."""
     stage = np.arange(p)
     warm = np.minimum(p - 1 - stage[None, :], m[:, None])  # (n, p) warm-up forwards w_i
     w0 = warm[:, 0]  # the most: min(p - 1, m)
@@ -72,30 +98,65 @@ def _makespan(f: np.ndarray, b: np.ndarray, m: np.ndarray, p: int) -> np.ndarray
     reach = np.cumsum(f, axis=-1) + (warm - 1) * np.maximum.accumulate(f, axis=-1)
     last_f = np.where(warm > 0, reach, 0.0)
     # x(-1): the last warm-up forward is also each stage's last operation
-    fe, be = _uniform_rounds(last_f, last_f, f, b, m - w0, p)
+    fe, be, settled = _uniform_rounds(last_f, last_f, f, b, m - w0, p)
     # the last w0 rounds: stage i runs its forward while t < w0 - w_i, then only backwards
-    sums = _backward_sums(b)
-    for t in range(int(w0.max(initial=0))):
-        has_f = t < (w0[:, None] - warm)
-        nf, nb = _round(fe, be, f, sums, has_f)
-        live = (t < w0)[:, None]
-        fe, be = np.where(live, nf, fe), np.where(live, nb, be)
-    return be.max(axis=-1)
+    if p == 1:
+        return be[:, 0], settled
+    return _cool_down(fe, be, f, b, p - 1 - w0), settled
+
+
+def _cool_down(fe: np.ndarray, be: np.ndarray, f: np.ndarray, b: np.ndarray, idle: np.ndarray) -> np.ndarray:
+    """The makespan after the last w0 = p - 1 - d rounds from (fe, be), d = `idle` (n,): the stages
+    that ran all their forwards in the warm-up (m < p - 1; else 0).
+
+    In round t stages d + t + 1 .. p - 1 run a forward and a backward (`_round` on those columns:
+    they read no lower stage's backward) and stages 0 .. d + t a backward alone, each after its last
+    one and the next stage's: B_i(t) = max(B_i(t - 1), B_i+1(t)) + b_i. The backward-only stages
+    take the value E_t = max(B_s(t - 1), B_s+1(t)) entering them at stage s = d + t in round t (both
+    from the upper stages; what entered them before reached B_s(t - 1)) to the last backward
+    B_0(w0 - 1) along a staircase path of b's: each of stages 0 .. s once and the slowest of them
+    w0 - 1 - t more times, so the makespan is max_t E_t + b_0 + .. + b_s + (w0 - 1 - t) max(b_0 .. b_s).
+    Rows with d > 0 compute the columns d + 1 .. d + t of round t as well, unread (they only feed
+    lower columns)."""
+    n, p = fe.shape
+    tail, after = _backward_sums(b)
+    fe, be = fe.copy(), be.copy()
+    last = p - 2 - idle  # the last round t = w0 - 1
+    rows = np.arange(n)
+    enter = np.full((n, p - 1), -np.inf)
+    for t in range(int(last.max()) + 1):
+        nf = np.maximum(be[:, t + 1 :], fe[:, t:-1])
+        nf += f[:, t + 1 :]
+        fe[:, t + 1 :] = nf
+        nf -= after[:, t + 1 :]
+        nb = tail[:, t + 1 :] + np.maximum.accumulate(nf[:, ::-1], axis=-1)[:, ::-1]
+        at = np.minimum(idle + t, p - 2)
+        enter[:, t] = np.maximum(be[rows, at], nb[rows, at - t])
+        be[:, t + 1 :] = nb
+    rounds = np.arange(p - 1)
+    at = np.minimum(idle[:, None] + rounds, p - 2)
+    fill = np.take_along_axis(np.cumsum(b, axis=-1), at, axis=-1)
+    slow = np.take_along_axis(np.maximum.accumulate(b, axis=-1), at, axis=-1)
+    stair = np.where(rounds <= last[:, None], fill + (last[:, None] - rounds) * slow, -np.inf)
+    return (enter + stair).max(axis=-1)
 
 
 def _uniform_rounds(
     fe: np.ndarray, be: np.ndarray, f: np.ndarray, b: np.ndarray, rounds: np.ndarray, p: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """`rounds` (n,) rounds in which every stage runs a forward and a backward, from (fe, be).
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`rounds` (n,) rounds in which every stage runs a forward and a backward, from (fe, be),
+    and whether each plan's ends settled (grew by lambda in one of them).
 
     Past the first 2p rounds (what any path needs to reach a stage and leave it: the rest of it
     repeats one stage's round) every end grows by lambda = max_j (f_j + b_j) a round once the
     paths through slower stages have fallen behind, and from the round in which no end grew by
     other than lambda, none will (those paths only fall further behind): the ends then move on
-    by lambda a round, (rounds - g) lambda at once (checked every `_SETTLE_EVERY` rounds). Plans
+    by lambda a round, (rounds - g) lambda at once (checked every round from `_SETTLE_FROM`: the max-plus map keeps
+    a growth by lambda once it holds, in any round). Plans
     not there after `_SETTLE_ROUNDS` more take the rest as M^rounds by squaring (`_power`)."""
     lam = (f + b).max(axis=-1)
     out_f, out_b = fe.copy(), be.copy()
+    steady = np.zeros(len(rounds), dtype=bool)
     rows = np.flatnonzero(rounds > 0)
     cur_f, cur_b = fe[rows], be[rows]
     f_r, b_r, lam_r, todo = f[rows], b[rows], lam[rows], rounds[rows]
@@ -110,13 +171,14 @@ def _uniform_rounds(
         g += 1
         done = left == 1
         finished = done
-        if g > 2 * p and g % _SETTLE_EVERY == 0:
+        if g >= _SETTLE_FROM:
             tol = _SETTLED_RTOL * (np.abs(nb).max(axis=-1) + lam_r)
             grew = lam_r[:, None]
             step = np.maximum(np.abs(nf - cur_f - grew).max(axis=-1), np.abs(nb - cur_b - grew).max(axis=-1))
             settled = (step <= tol) & ~done
             ahead = ((left - 1) * lam_r)[settled][:, None]
             out_f[rows[settled]], out_b[rows[settled]] = nf[settled] + ahead, nb[settled] + ahead
+            steady[rows[settled]] = True
             finished = done | settled
         out_f[rows[done]], out_b[rows[done]] = nf[done], nb[done]
         if finished.any():
@@ -124,7 +186,7 @@ def _uniform_rounds(
             rows, nf, nb, f_r, b_r, lam_r, todo = (x[keep] for x in (rows, nf, nb, f_r, b_r, lam_r, todo))
             sums = tuple(x[keep] for x in sums)
         cur_f, cur_b = nf, nb
-    return out_f, out_b
+    return out_f, out_b, steady
 
 
 def _backward_sums(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -230,12 +292,19 @@ def uneven_stages_s(
         return out.reshape(shape)
     # shallower pipelines behind stages that take no time: a stage's warm-up counts the stages after
     # it, and an idle stage in front passes every forward on at once and waits for each backward, so
-    # p stages padded to P in front end where they would alone; one pass per power of 2 of depths
-    bucket = 2 ** np.ceil(np.log2(p[deep]))
+    # p stages padded to P in front end where they would alone; one pass per bucket of depths (`_depth_bucket`)
+    bucket = _depth_bucket(p[deep])
     for size in np.unique(bucket):
         rows = deep[bucket == size]
         out[rows] = _padded_makespan(rows, p, m, (ff, cf, fl, cl), (fm, cm, fs, cs), (n_max, n_min, n_tot), counts)
     return out.reshape(shape)
+
+
+def _depth_bucket(p: np.ndarray) -> np.ndarray:
+    """The depth each pipeline is padded to: the next multiple of an eighth of the power of 2 at or
+    below it (at most 1/8 of the stages padding; the cost of a pass grows as depth squared)."""
+    step = np.maximum(2.0 ** np.floor(np.log2(p)) / 8, 1.0)
+    return np.ceil(p / step) * step
 
 
 def _padded_makespan(
@@ -268,9 +337,21 @@ def _padded_makespan(
                 per_layer = np.divide(lack[:, None], short, out=np.zeros_like(short), where=short > 0)
                 col[at, lo + 1 : top_p - 1] = top[sel][:, None] - per_layer * gap
     # plans with the same stages and micro-batches (a planner's, apart in dp or ZeRO) priced once
-    keys = np.column_stack([fwd, whole, m[rows]])
-    _, first, back = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-    return one_f_one_b_s(fwd[first], whole[first] - fwd[first], m[rows][first])[back.reshape(-1)]
+    first, back = _distinct_rows(np.column_stack([fwd, whole, m[rows]]))
+    return one_f_one_b_s(fwd[first], whole[first] - fwd[first], m[rows][first])[back]
+
+
+def _distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first row of each distinct row of `keys` (bitwise) and each row's place among them
+    (a dict of the rows' bytes: a tenth of `np.unique(axis=0)`'s sort on the planner's ~10^3 rows)."""
+    seen: dict[bytes, int] = {}
+    first: list[int] = []
+    back = np.empty(len(keys), np.int64)
+    for i, row in enumerate(np.ascontiguousarray(keys)):
+        back[i] = seen.setdefault(row.tobytes(), len(first))
+        if back[i] == len(first):
+            first.append(i)
+    return np.asarray(first, np.int64), back
 
 
 def _middle_counts(counts: tuple[int, ...] | None, p: int, n_min: np.ndarray, n_tot: np.ndarray) -> np.ndarray:
