@@ -20,8 +20,9 @@ name=value: `ep` (expert parallelism, folded into the data-parallel ranks), `vpp
 whose peak the source logs, Megatron-LM the last rank's; the fullest stage otherwise).
 
 Metrics: of the runs that ran out of memory, how many the model calls out of memory (recall);
-of those that fit, how many it calls out of memory (false-OOM rate); and the signed error of the
-predicted peak where a peak is published.
+of those that fit, how many it calls out of memory (false-OOM rate); the same two under `plan`'s
+rule, which keeps 10% of each GPU free (`headroom_calls`); and the signed error of the predicted
+peak where a peak is published.
 """
 
 from __future__ import annotations
@@ -168,6 +169,10 @@ class MemoryRow:
     def fits(self) -> bool:
         return self.total_bytes <= self.capacity_bytes
 
+    def fits_with_headroom(self, share: float) -> bool:
+        """`plan`'s test: the estimate fits with `share` of the GPU's memory kept free."""
+        return self.total_bytes <= (1.0 - share) * self.capacity_bytes
+
     @property
     def error(self) -> float:
         return (self.predicted_bytes - self.measured_bytes) / self.measured_bytes
@@ -203,6 +208,13 @@ class MemorySummary:
     def fit_accuracy(self) -> float:
         """Of the runs that fit or ran out of memory, the share `fits_in_memory` calls right."""
         return _share([r.fits == (r.outcome == "fits") for r in (*self.oom, *self.fit)])
+
+    def headroom_calls(self, share: float) -> tuple[int, int]:
+        """Under `plan`'s rule (`share` of each GPU kept free, requests.training.PLAN_MEMORY_HEADROOM):
+        (runs that ran out of memory called out, runs that fit called out)."""
+        return sum(not r.fits_with_headroom(share) for r in self.oom), sum(
+            not r.fits_with_headroom(share) for r in self.fit
+        )
 
     @property
     def peaks(self) -> tuple[MemoryRow, ...]:

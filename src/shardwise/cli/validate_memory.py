@@ -43,9 +43,12 @@ def _cells(rows: list[Any]) -> list[tuple[str, ...]]:
 def show_memory(as_json: bool, markdown: bool, show_rows: str) -> None:
     from shardwise.analyses.memory_published import published_runs_fit
     from shardwise.analyses.memory_validation import CITATION, validate_memory
+    from shardwise.requests.training import PLAN_MEMORY_HEADROOM
 
     summary = validate_memory()
-    published = sorted(published_runs_fit(), key=lambda p: (-p.called_oom, p.source))
+    share = float(PLAN_MEMORY_HEADROOM.rstrip("%")) / 100
+    headroom_oom, headroom_fit = summary.headroom_calls(share)
+    published = sorted(published_runs_fit(share), key=lambda p: (-p.called_oom, p.source))
     if as_json:
         from shardwise import export
 
@@ -56,6 +59,9 @@ def show_memory(as_json: bool, markdown: bool, show_rows: str) -> None:
             "fit_accuracy": summary.fit_accuracy,
             "peak_mape": summary.peak_mape,
             "peak_bias": summary.peak_bias,
+            "plan_headroom": share,
+            "plan_headroom_oom_called": headroom_oom,
+            "plan_headroom_fits_called_oom": headroom_fit,
         }
         runs = [asdict(p) for p in published]
         click.echo(export.dumps({"source": CITATION, "summary": totals, "rows": rows, "published_runs": runs}))
@@ -71,7 +77,8 @@ def show_memory(as_json: bool, markdown: bool, show_rows: str) -> None:
         f"(recall {summary.oom_recall:.0%}) and for {_frac(sum(not r.fits for r in fit), len(fit))} that fit "
         f"(false-OOM rate {summary.false_oom_rate:.0%}): right for "
         f"{_frac(sum(r.fits == (r.outcome == 'fits') for r in (*oom, *fit)), len(oom) + len(fit))} "
-        f"(accuracy {summary.fit_accuracy:.0%}); peaks: {len(summary.peaks)}, mean error "
+        f"(accuracy {summary.fit_accuracy:.0%}); with the {PLAN_MEMORY_HEADROOM} of each GPU `plan` keeps free, "
+        f"{_frac(headroom_oom, len(oom))} and {_frac(headroom_fit, len(fit))}; peaks: {len(summary.peaks)}, mean error "
         f"{summary.peak_bias:+.1%}, MAPE {summary.peak_mape:.1%}"
     )
     n_runs, n_oom = sum(p.runs for p in published), sum(p.called_oom for p in published)
@@ -79,7 +86,8 @@ def show_memory(as_json: bool, markdown: bool, show_rows: str) -> None:
     moe_runs, moe_oom = sum(p.moe_runs for p in published), sum(p.moe_called_oom for p in published)
     text += (
         f". Published training runs (data/public_training_runs.csv, all of which ran): called out of memory "
-        f"{_frac(n_oom, n_runs)} ({by_source or 'none'}; mixture of experts {_frac(moe_oom, moe_runs)})"
+        f"{_frac(n_oom, n_runs)} ({by_source or 'none'}; mixture of experts {_frac(moe_oom, moe_runs)}), "
+        f"{_frac(sum(p.over_headroom for p in published), n_runs)} with `plan`'s {PLAN_MEMORY_HEADROOM} kept free"
     )
     skipped = Counter(r.skip for r in summary.rows if r.skip)
     left_out = "; ".join(f"{n} {why}" for why, n in skipped.items())
