@@ -287,12 +287,14 @@ def test_memory_validation_against_the_public_evidence():
     assert len(summary.rows) == len(raw_rows()) == 95
     assert len(summary.predicted) == 72 and all(r.skip for r in summary.rows if r not in summary.predicted)
     # the capacity is CUDA's (79.11 GiB on an H100): Megatron-Bridge's two Llama 3 70B FP8 runs that
-    # ran out of memory (recomputing core_attn only) are estimated 0.3% under it with 16-bit saved
-    # linear inputs and 5% under it with Transformer Engine's 1-byte FP8 ones, so called fits
+    # ran out of memory (recomputing core_attn only) are estimated 15% under it with the performance
+    # harness's bf16 gradients and Transformer Engine's 1-byte FP8 saved inputs, so called fits: they
+    # ran out in 30-60% of CI runs and ran at ~59 GB with expandable segments (PR #3107, Bridge's
+    # memory-tuning skill: fragmentation, not capacity), a fragmentation the model does not size
     missed = [r for r in summary.oom if r.fits]
     assert summary.oom_recall == pytest.approx(14 / 16)
     assert {r.source for r in missed} == {"NVIDIA-NeMo/Megatron-Bridge"}
-    assert all(0.94 < r.total_bytes / r.capacity_bytes <= 1.0 for r in missed)
+    assert all(0.8 < r.total_bytes / r.capacity_bytes < 0.9 for r in missed)
     assert summary.false_oom_rate <= 1 / len(summary.fit)
     # accuracy over both outcomes: at most the two borderline OOMs and one false OOM wrong
     right = sum(not r.fits for r in summary.oom) + sum(r.fits for r in summary.fit)
@@ -317,12 +319,12 @@ def test_memory_validation_against_the_public_evidence():
 
 
 def test_plans_headroom_on_the_memory_evidence():
-    """`plan` keeps 10% of each GPU free (requests.training.PLAN_MEMORY_HEADROOM): under that rule
-    the two Megatron-Bridge runs `fits_in_memory` misses (flaky out-of-memory runs, PR #3107: 30-60%
-    of CI runs; fragmentation, the memory-tuning skill) are called out of memory, and the runs it
-    then calls out of memory that fit are all within the headroom. The same layout with expandable
-    segments (the skill's 'Baseline + expandable_segments', which ran) is estimated lower by the
-    allocator's share alone."""
+    """`plan` keeps 10% of each GPU free (requests.training.PLAN_MEMORY_HEADROOM): under that rule the
+    fits it calls out of memory are the ones within 10% of their GPU, and the two Megatron-Bridge
+    runs `fits_in_memory` misses stay called fits (flaky out-of-memory runs, PR #3107: 30-60% of CI
+    runs; fragmentation by Bridge's memory-tuning skill, not capacity). The same layout with
+    expandable segments (the skill's 'Baseline + expandable_segments', which ran) is estimated lower
+    by the allocator's share alone."""
     from shardwise.analyses.memory_validation import raw_rows, scenario, validate_memory
     from shardwise.engines.training import training_memory
 
@@ -330,13 +332,18 @@ def test_plans_headroom_on_the_memory_evidence():
     plain = (sum(not r.fits for r in summary.oom), sum(not r.fits for r in summary.fit))
     assert summary.headroom_calls(0.0) == plain
     oom_called, fits_called = summary.headroom_calls(0.1)
-    assert oom_called == len(summary.oom) > plain[0]
+    assert oom_called == plain[0] == len(summary.oom) - 2 and fits_called > plain[1]
+    assert all(r.fits_with_headroom(0.1) for r in summary.oom if r.fits)
     dropped = [r for r in summary.fit if not r.fits_with_headroom(0.1)]
     assert len(dropped) == fits_called and all(0.9 < r.total_bytes / r.capacity_bytes <= 1.0 for r in dropped)
     bridge = {r.row: r for r in summary.predicted if r.source == "NVIDIA-NeMo/Megatron-Bridge"}
     assert len(bridge) == 8 and all(r.fits for r in bridge.values() if r.row > 91)
     assert bridge[94].total_bytes < bridge[69].total_bytes  # expandable segments: no allocator share
-    memory = {row: training_memory(scenario(raw_rows()[row - 1])[0]) for row in (69, 94)}
+    # the performance harness's bf16 gradients, stated in the rows (`grad_reduce_bf16=true`)
+    scenarios = {row: scenario(raw_rows()[row - 1])[0] for row in (69, 94)}
+    assert all(scn.plan.grad_reduce_bf16 for scn in scenarios.values())
+    memory = {row: training_memory(scn) for row, scn in scenarios.items()}
+    assert float(memory[69].gradients_bytes) == pytest.approx(float(memory[69].weights_bytes), rel=0.01)
     assert float(memory[94].allocator_bytes) == 0.0
     assert bridge[69].total_bytes - bridge[94].total_bytes == pytest.approx(float(memory[69].allocator_bytes))
 
@@ -348,7 +355,7 @@ def test_validate_memory_prints_the_table(cli):
     assert "| linkedin/Liger-Kernel | fsdp | 1 | 1 of 1 |" in out
     assert "recall 88%" in out and "left out (an encoder" in out
     assert "right for 70 of 72 (accuracy 97%)" in out
-    assert "with the 10% of each GPU `plan` keeps free, 16 of 16 and 5 of 56" in out
+    assert "with the 10% of each GPU `plan` keeps free, 14 of 16 and 3 of 56" in out
     assert "with `plan`'s 10% kept free" in out
     assert "Published training runs (data/public_training_runs.csv, all of which ran)" in out
     code, out, err = cli(["validate", "memory", "public"])

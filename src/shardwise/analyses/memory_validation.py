@@ -16,8 +16,8 @@ not state. The source's peak is compared with the estimate's matching part:
 
 A row may state in its `other_config` what the framework's preset would otherwise decide, as
 name=value: `ep` (expert parallelism, folded into the data-parallel ranks), `vpp`, `sequence_parallel`,
-`flash_attention`, `optimizer_state`, `loss_kernel`, and `stage` (first | last: the pipeline stage
-whose peak the source logs, Megatron-LM the last rank's; the fullest stage otherwise).
+`flash_attention`, `optimizer_state`, `loss_kernel`, `grad_reduce_bf16`, and `stage` (first | last: the
+pipeline stage whose peak the source logs, Megatron-LM the last rank's; the fullest stage otherwise).
 
 Metrics: of the runs that ran out of memory, how many the model calls out of memory (recall);
 of those that fit, how many it calls out of memory (false-OOM rate); the same two under `plan`'s
@@ -133,8 +133,8 @@ PEAK_KINDS = (
 # plan fields a row states in its other_config column as name=value (what the framework's preset
 # would otherwise decide)
 OVERRIDES = re.compile(
-    r"\b(ep|vpp|sequence_parallel|flash_attention|stage|recompute_modules|optimizer_state|expandable_segments|loss_kernel|functional_a2a)"
-    r"=([\w,-]+)"
+    r"\b(ep|vpp|sequence_parallel|flash_attention|stage|recompute_modules|optimizer_state|expandable_segments|loss_kernel"
+    r"|functional_a2a|grad_reduce_bf16)=([\w,-]+)"
 )
 # what the model does not express, by words in the row (checked in this order)
 NOT_MODELLED = (
@@ -346,6 +346,7 @@ def scenario(row: dict[str, str]) -> tuple[Scenario, str]:
         optimizer_state=stated.get("optimizer_state"),
         loss_kernel=stated.get("loss_kernel"),
         functional_a2a={"true": True, "false": False}.get(stated.get("functional_a2a", "")),
+        grad_reduce_bf16={"true": True, "false": False}.get(stated.get("grad_reduce_bf16", "")),
         expandable_segments=expandable,
     )
     peak_of = _first(PEAK_KINDS, row["framework"], "peak of") if row["measured_peak_gib"] else "device"
