@@ -93,6 +93,7 @@ _GPU_FIELDS = {
     "flash2_backward_efficiency": ("flash2_backward_efficiency", real),
     "sdpa_flash_backend": ("sdpa_flash_backend", str),
     "tdp": ("tdp_w", units.parse_watts),
+    "collective_sms": ("collective_sms", whole),
     "host_link": ("host_link_bytes_per_s", units.parse_rate_bytes_per_s),
     "host_adam": ("host_adam_params_per_s", real),  # parameters per second
     "gemm_kernels": ("gemm_kernels", str),

@@ -15,13 +15,13 @@ from shardwise.engines.context_parallel import CpComm
 from shardwise.engines.engine_kernels import fused_kernels
 from shardwise.engines.recompute_costs import module_recompute_s, partitioned_checkpoint_s, selective_recompute_s
 from shardwise.engines.tp_overlap import (
-    NCCL_OVERLAP_SMS,
     UB_BULK_AG_SMS,
     UB_BULK_RS_SMS,
     UB_PIPELINED_RS_SMS,
     UB_PIPELINED_RS_SPLITS,
     UB_RING_EXCHANGE_SMS,
     TpComm,
+    collective_sms,
     overlapped_exposed_s,
     own_rows_split_s,
 )
@@ -255,7 +255,7 @@ def layer_cost(
     # the sequence-parallel gathers at the bytes the recipe gathers (`TpComm`, Transformer Engine's
     # quantised all-gathers): the forward's inputs, the inputs again for wgrad, the output gradients
     gather_in, gather_x, gather_dy = comm.gather_input, comm.gather_wgrad_input, comm.gather_output_grad
-    sms = gpu.sm_count
+    sms, nccl_sms = gpu.sm_count, collective_sms(gpu)
     async_grad = np.asarray(plan.async_tp_grad, dtype=bool)
     ub = np.asarray(plan.tp_comm_overlap, dtype=bool) & sp
     # LoRA: the frozen base layers re-gather nothing for a weight gradient; the norm-fed layers an adapter
@@ -300,7 +300,7 @@ def layer_cost(
         with_ub = hide(gather, gemm, ub, UB_RING_EXCHANGE_SMS, ring)
         if name not in own:
             return with_ub
-        beside = overlapped_exposed_s(gather, np.where(shard, own[name], 0.0), NCCL_OVERLAP_SMS, sms)
+        beside = overlapped_exposed_s(gather, np.where(shard, own[name], 0.0), nccl_sms, sms)
         return np.where(ub, with_ub, beside)
 
     # forward
@@ -317,8 +317,8 @@ def layer_cost(
     tp_fwd_mlp = np.where(sp, sp_fwd_mlp, mlp * reduce) + mlp * amax  # the dense MLP's own (`Plan.recompute_modules`)
     tp_fwd_total = np.where(sp, mix * gather_q + mlp * gather_u + blocks * scatter, blocks * reduce) + blocks * amax
     # backward
-    col_sms_ag = np.where(ub, UB_BULK_AG_SMS, NCCL_OVERLAP_SMS)
-    col_sms_rs = np.where(ub, UB_BULK_RS_SMS, NCCL_OVERLAP_SMS)
+    col_sms_ag = np.where(ub, UB_BULK_AG_SMS, nccl_sms)
+    col_sms_rs = np.where(ub, UB_BULK_RS_SMS, nccl_sms)
     overlap_col = async_grad | ub
     sp_bwd = (
         mix * gather_beside(gather_dy, o.input_grad_s, "o")
@@ -328,8 +328,8 @@ def layer_cost(
         + mlp * hide(gather_x, u.input_grad_s, overlap_col, col_sms_ag)
         + mlp * hide(scatter, u.weight_grad_s, overlap_col, col_sms_rs)
     )
-    plain_bwd = mix * hide(reduce, q.weight_grad_s, async_grad, NCCL_OVERLAP_SMS) + mlp * hide(
-        reduce, u.weight_grad_s, async_grad, NCCL_OVERLAP_SMS
+    plain_bwd = mix * hide(reduce, q.weight_grad_s, async_grad, nccl_sms) + mlp * hide(
+        reduce, u.weight_grad_s, async_grad, nccl_sms
     )
     tp_bwd = np.where(sp, sp_bwd, plain_bwd) + blocks * amax
     tp_bwd_total = np.where(sp, blocks * (gather_dy + gather_x + scatter), blocks * reduce) + blocks * amax

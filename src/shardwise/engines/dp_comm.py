@@ -282,10 +282,11 @@ def unhideable_s(bucket_s: Number, total_s: Number, contention: Number) -> Numbe
 
 
 @kept
-def contention_share(sm_count: Number) -> Number:
-    """The share of the GPU's SMs NCCL's kernels hold while a hidden collective runs."""
+def contention_share(sm_count: Number, comm_sms: Number = NCCL_OVERLAP_SMS) -> Number:
+    """The share of the GPU's SMs NCCL's (RCCL's) kernels hold while a hidden collective runs:
+    `comm_sms` of `sm_count` (`engines.tp_overlap.collective_sms`)."""
     sms = as_float(sm_count)
-    return ifelse(sms > 0, NCCL_OVERLAP_SMS / maximum(sms, 1.0), 0.0)
+    return ifelse(sms > 0, as_float(comm_sms) / maximum(sms, 1.0), 0.0)
 
 
 # At most this many runs of one ZeRO stage are priced run by run (`exposed_by_runs`).

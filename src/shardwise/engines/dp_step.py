@@ -15,6 +15,7 @@ from shardwise.engines.costs import FIELDS, StageCost
 from shardwise.engines.data_parallel import StagePrices, collective_prices, stage_collective_prices, zero_collectives
 from shardwise.engines.dp_comm import DpComm, contention_share, exposed_by_runs, zero_stage_fields, zero_stage_runs
 from shardwise.engines.dp_windows import backward_window_s, forward_window_s
+from shardwise.engines.tp_overlap import collective_sms
 from shardwise.physics import memory as mem
 from shardwise.physics import xla_scan
 from shardwise.physics.collectives import Fabric
@@ -60,7 +61,7 @@ def dp_comm(
     if prices is None:
         names = zero_collectives(z)
         prices = collective_prices(scn, fabric, place, n_params, names, experts, n_weights, units, layers)
-    contention, wait = contention_share(scn.cluster.gpu.sm_count), m * cost.host_wait_s
+    contention, wait = contention_share(scn.cluster.gpu.sm_count, collective_sms(scn.cluster.gpu)), m * cost.host_wait_s
     rm = m if reduce_m is None else reduce_m  # the reductions' own count (`reduce_micro_batches`)
     m = m if comm_m is None else comm_m  # the collectives' own count (`comm_micro_batches`)
     if one_value(z):  # one ZeRO stage: only its own collectives are priced
@@ -180,7 +181,7 @@ def data_parallel_exposed_s(
                 plan.aligned_chunk_sync,
                 mr,
             )
-            contention = contention_share(scn.cluster.gpu.sm_count)
+            contention = contention_share(scn.cluster.gpu.sm_count, collective_sms(scn.cluster.gpu))
             joined = exposed_by_runs(runs, dense, values, contention)
             if joined is not None:
                 exposed.append(_with_edges(joined[0], joined[1], edges[len(exposed)]) + serial)

@@ -40,7 +40,7 @@ import numpy as np
 from shardwise.engines.costs import FIELDS, StageCost, layer_cost
 from shardwise.engines.dp_dense import dp_gather_s, gathered_router_s, splits_over_group
 from shardwise.engines.moe_op_sac import op_sac_expert_masks
-from shardwise.engines.tp_overlap import NCCL_OVERLAP_SMS, TpComm, overlapped_exposed_s
+from shardwise.engines.tp_overlap import TpComm, collective_sms, overlapped_exposed_s
 from shardwise.physics import fp8_recipes
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import (
@@ -334,7 +334,7 @@ def combined_1f1b(cost: StageCost, scn: Scenario) -> StageCost:
         return cost
     comm = cost.ep_forward_s + cost.ep_backward_s
     window = cost.compute_forward_s + cost.compute_backward_s
-    paired = overlapped_exposed_s(comm, window, NCCL_OVERLAP_SMS, scn.cluster.gpu.sm_count)
+    paired = overlapped_exposed_s(comm, window, collective_sms(scn.cluster.gpu), scn.cluster.gpu.sm_count)
     m = np.maximum(np.asarray(plan.num_micro_batches, dtype=float), 1.0)
     exposed = ((m - 1) * paired + comm) / m
     scale = np.where(on & (np.asarray(comm) > 0), exposed / np.maximum(comm, 1e-30), 1.0)

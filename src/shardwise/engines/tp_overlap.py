@@ -59,11 +59,25 @@ UB_PIPELINED_RS_SMS = 24
 UB_BULK_AG_SMS = 2
 UB_BULK_RS_SMS = 16
 NCCL_OVERLAP_SMS = 16
+# RCCL on ROCm runs one 256-thread workgroup per channel too (src/include/device.h NCCL_MAX_NTHREADS)
+# and, on an 8-GPU MI300X platform, 56 channels: its topology model of that fully connected xGMI
+# mesh lists 28 rings (src/graph/rome_models.cc rome_model_79, nLinks 7, ROCm 6.1 to 6.2.2 and
+# develop of 2024-10), which ncclTopoPostset doubles while they fit under 64 (src/graph/connect.cc,
+# gfx94x); a `Gpu.collective_sms` of 56 (the `mi300x`, `mi325x` presets: 18% of 304 CUs, where
+# NCCL's 16 are 12% of an H100's 132 SMs). Smaller groups are not priced apart (RCCL raises them to
+# 24-32 channels, src/init.cc: "NCCL_MIN_NCHANNELS=32" for 2 ranks).
 # A pipelined overlap splits the GEMM into chunks and cannot hide the chunk of communication at
 # its end (reduce-scatter: the last chunk's) or start (all-gather: the first): 1/splits of the
 # collective stays exposed. Ring exchange moves one tp-th per step; the pipelined reduce-scatter
 # uses 4 splits (NeMo's userbuffer configurations, num_splits 4).
 UB_PIPELINED_RS_SPLITS = 4
+
+
+def collective_sms(gpu: Gpu) -> Number:
+    """The SMs (CUs) one NCCL or RCCL collective holds on `gpu` while it overlaps compute: the GPU's
+    `collective_sms`, else NCCL's `NCCL_OVERLAP_SMS`."""
+    own = np.asarray(gpu.collective_sms, dtype=float)
+    return np.where(own > 0, own, float(NCCL_OVERLAP_SMS))
 
 
 def overlapped_exposed_s(

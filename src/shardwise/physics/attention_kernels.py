@@ -53,16 +53,31 @@ SDPA_FLASH_FORWARD_FRACTION = 0.82
 SDPA_FLASH_BACKWARD_FRACTION = 0.70
 # On ROCm SDPA's flash backend is AOTriton (`Gpu.sdpa_flash_backend` "aotriton"), not a copy of the
 # kernels whose speed `flash2_efficiency` carries there (ROCm's CK FlashAttention-2, the flash-attn
-# package's ROCm build). Its speed as a fraction of CK's at the same shape (unit: fraction): no
-# public figure for AOTriton 0.10-0.11 (PyTorch 2.8-2.9) was found; PyTorch 2.5's nightly ran
-# SDPA's flash backward at 19.9 TFLOP/s at Llama-3-8B shapes on an MI300X (2.3: 9.6;
-# pytorch/pytorch#135431, 2024-09, before AOTriton 0.7b's "performance on par" fix, PR #134498),
-# 0.10 of CK's ~200 -- the floor of the range; taken 1 (AOTriton at CK's speed), range 0.1-1.0.
-# AOTriton 0.11b (pytorch/pytorch PR #161754, 2025-08-29) dispatches AITER's assembly kernels on
-# gfx942, "over 500 TFLOPS training performance" by its release notes: builds with it run faster
-# than this (PyTorch 2.9.0.dev20250811, the pytorch/ao MI300X rows' build, has AOTriton 0.10b).
+# package's ROCm build). Its speed as a fraction of CK's at the same shape (unit: fraction):
+# - backward (range 0.45-0.60): AOTriton's own operator tuning database (ROCm/aotriton tag 0.11b,
+#   v3python/rules/op_database.sqlite3, table FLASH$op_attn_bwd, gpu gfx942_mod0: MI300X) times each
+#   backward backend at bf16, head dim 128, no dropout or bias; its TFLOPS column is the forward's
+#   4 b h s^2 d over the backward's time (test/mptune/flash/db_benchmark.py), causal or not. The
+#   Triton kernels (backend 0, split dK/dV and dQ, what 0.10b runs: its AITER assembly backend
+#   came in 0.11b) give 53.6 / 62.4 / 44.9 / 60.5 causal and 42.6 / 44.9 / 43.4 / 45.7
+#   non-causal at 1k / 2k / 4k / 8k tokens: 18.2 ms per Llama-3-8B layer (32 heads) causal at 8k
+#   where `mi300x`'s CK backward (194-206 TFLOP/s non-causal at 16k, ROCm/flash-attention#142) with
+#   the causal ramp of `physics.attention` takes 8.1: AOTriton / CK 0.60 / 0.56 / 0.35 / 0.45
+#   causal, 0.67 / 0.64 / 0.58 / 0.60 non-causal (tests/test_rocm.py recomputes them). The tuner
+#   times 8 x 12 heads, but from 4k tokens 3 x 4 and, causal, 2 x 2 (test/optune_flash.py, to fit
+#   the memory): the causal 4k and 8k cells run a dQ grid of 256-512 workgroups on 304 CUs, a
+#   training call's 32 heads 8x more. Taken: the 8k non-causal cell (12 heads, 0.60) times what
+#   the mask costs AOTriton beyond CK's ramp where the grids are full (1k, 2k: 0.90, 0.88): 0.53.
+#   The database is 0.11b's (Triton compiler of 2025-08-05); the pytorch/ao MI300X rows ran 0.10b
+#   (PyTorch 2.9.0.dev20250811; compiler of 2025-05-21), same kernels. PyTorch 2.5's nightly ran
+#   it at 19.9 TFLOP/s (pytorch/pytorch#135431, before 0.7b).
+# - forward: no public figure for AOTriton's Triton forward on MI300X was found; taken 1 (CK's
+#   speed), range 0.5-1.
+# AOTriton 0.11b (pytorch/pytorch PR #161754, 2025-08-29) dispatches AITER's assembly backward on
+# gfx942 (backend 2 in the database: 176-180 at 8k, about 3x the Triton kernels), "over 500 TFLOPS
+# training performance" by its release notes: builds with it run faster than this.
 AOTRITON_FORWARD_FRACTION = 1.0
-AOTRITON_BACKWARD_FRACTION = 1.0
+AOTRITON_BACKWARD_FRACTION = 0.53
 # PyTorch SDPA's memory-efficient backend ("sdpa-mem-efficient": xFormers' CUTLASS kernels, which SDPA
 # runs from sm50 where its flash backend cannot, sdp_utils.cpp check_mem_efficient_hardware_support;
 # `requests.attention` picks it before sm80): its speed as a fraction of FlashAttention-2's at the

@@ -109,6 +109,9 @@ class Gpu:
     # The board's power limit (W; 0 = not given): what sets the clock of sustained tensor-core work
     # (`physics.power`), used where a GPU's efficiency is carried over from a sibling's benchmark
     tdp_w: Number = 0.0
+    # SMs (CUs) one collective's kernels hold while it overlaps compute, one per channel (0: NCCL's 16 on
+    # NVLink, `engines.tp_overlap.NCCL_OVERLAP_SMS`; RCCL runs 56 on an 8-GPU MI300X mesh), `collective_sms`
+    collective_sms: Number = 0
     # What the GPU copies to and from pinned host memory, bytes/s one direction, sustained (PCIe or
     # NVLink-C2C; its share where GPUs share the link): what activation offload crosses
     # (`physics.offload`). 0 = not given (offload cannot be priced)
@@ -157,6 +160,7 @@ class Gpu:
         )
         chk.one_of(f"{p}: sdpa_flash_backend", self.sdpa_flash_backend, SDPA_FLASH_BACKENDS)
         chk.within(f"{p}: tdp_w", self.tdp_w, 0.0, 1e5, "W (0: not given)")
+        chk.within(f"{p}: collective_sms", self.collective_sms, 0.0, 1024.0, "SMs (0: NCCL's 16)")
         chk.one_of(f"{p}: gemm_kernels", self.gemm_kernels, GEMM_KERNELS)
         chk.one_of(f"{p}: vendor", self.vendor, VENDORS)
         chk.within(f"{p}: l2_bytes", self.l2_bytes, 0.0, 1e11, "bytes (0: not given)")
