@@ -79,8 +79,11 @@ BF16_GRADIENT_RECIPES = (
     # nemotron_3_nano_pretrain_16gpu_h100_bf16_config, which calls _benchmark_common: grad_reduce_in_fp32
     # = False (perf_recipes/_common.py); Moonlight 16B "the Moonlight 16B BF16 pretraining recipe" at
     # Bridge 600d069b8, recipes/moonlight/h100/moonlight_16b.py moonlight_16b_pretrain_8gpu_h100_bf16_config:
-    # mixed_precision and ddp grad_reduce_in_fp32 = False
-    ("GitHub NVIDIA-NeMo/Megatron-Bridge skills/nemo-mbridge-perf-activation-recompute/", "", ("bf16",)),
+    # mixed_precision and ddp grad_reduce_in_fp32 = False. Its FP8 rows, Llama 3 70B SFT on 32 H100 from
+    # Bridge PR #3107, ran the performance harness's llama3_70b_sft_config_h100
+    # (scripts/performance/configs/llama/llama3_llm_finetune.py, read at Bridge 0b928cd3), whose
+    # gradients are bf16 too (the same runs' memory rows in public_memory_evidence.csv say so)
+    ("GitHub NVIDIA-NeMo/Megatron-Bridge skills/nemo-mbridge-perf-activation-recompute/", "", ()),
     # IBM fms-fsdp (PyTorch FSDP1): config/training.py mixed_precision = True, so utils/train_utils.py
     # get_policies takes policies/mixed_precision.py bfSixteen, MixedPrecision(reduce_dtype=torch.bfloat16),
     # the same at each commit its README's rows were read at (0d319983, 4ffb9bdf, ed74fd5d)
