@@ -36,7 +36,7 @@ from shardwise.engines.distinct import evaluate_distinct
 from shardwise.engines.dp_step import data_parallel_exposed_s, paced_stages
 from shardwise.engines.moe import model_moe_split
 from shardwise.engines.pipeline import pipeline_makespan_s
-from shardwise.engines.pipeline_1f1b import with_exact_one_f_one_b
+from shardwise.engines.pipeline_uneven import with_exact_one_f_one_b
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.stage_assembly import select
 from shardwise.engines.tp_overlap import tp_comm
