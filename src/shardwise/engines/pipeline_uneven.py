@@ -1,8 +1,9 @@
 """The exact pipeline makespan of plans whose stages the training engine prices as the first, the
 fullest middle, the last and all middle stages together (`engines.training_layout.Layout`): each
 stage's forward and backward rebuilt from them, shallower pipelines padded to their bucket's depth,
-plans with the same stages priced once, by non-interleaved 1F1B's recurrence
-(`engines.pipeline_1f1b`)."""
+plans with the same stages priced once; non-interleaved 1F1B by its max-plus recurrence
+(`engines.pipeline_1f1b`), GPipe by its two fills and drains (`engines.pipeline.gpipe_makespan_s`).
+Each plan by the same arithmetic whatever the plans beside it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from shardwise.engines.pipeline import gpipe_makespan_s
 from shardwise.engines.pipeline_1f1b import distinct_rows, one_f_one_b_s
 from shardwise.specs._checks import Number
 
@@ -25,9 +27,11 @@ def uneven_stages_s(
     counts: tuple[int, ...] | None,
     pp: Number,
     micro_batches: Number,
+    gpipe: Number = False,
 ) -> np.ndarray:
-    """`one_f_one_b_s` for plans whose stages the training engine prices as the first, the fullest
-    middle, the last and all middle stages together (`engines.training_layout.Layout`).
+    """`one_f_one_b_s` (`gpipe_makespan_s` where `gpipe`) for plans whose stages the training engine
+    prices as the first, the fullest middle, the last and all middle stages together
+    (`engines.training_layout.Layout`).
 
     - `ends`: the first and last stage's forward pass and whole micro-batch c_j (forward,
       backward, sends, syncs and overheads): (f_first, c_first, f_last, c_last); the backward
@@ -42,29 +46,43 @@ def uneven_stages_s(
       the middle stages take the extra layers first (`specs.stages.stage_layer_list`) unless
       `counts` lists every stage's.
     Returns the pipeline's makespan per plan (n,), grouped by pipeline depth."""
+    return uneven_makespans(ends, middles, layers, counts, pp, micro_batches, gpipe)[0]
+
+
+def uneven_makespans(
+    ends: tuple[Number, Number, Number, Number],
+    middles: tuple[Number, Number, Number, Number],
+    layers: tuple[Number, Number, Number],
+    counts: tuple[int, ...] | None,
+    pp: Number,
+    micro_batches: Number,
+    gpipe: Number,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`uneven_stages_s`, and where GPipe's plans have a stage that is the slowest in both its
+    passes (the closed form `pipeline_makespan_s` is exact there; False for 1F1B's)."""
     f_first, c_first, f_last, c_last = ends
     f_mid, c_mid, f_sum, c_sum = middles
     parts = np.broadcast_arrays(
-        *(np.asarray(x, dtype=float) for x in (pp, micro_batches, f_first, c_first, f_last, c_last)),
+        *(np.asarray(x, dtype=float) for x in (pp, micro_batches, gpipe, f_first, c_first, f_last, c_last)),
         *(np.asarray(x, dtype=float) for x in (f_mid, c_mid, f_sum, c_sum)),
         *(np.asarray(x, dtype=float) for x in layers),
     )
     shape = parts[0].shape
-    p, m, ff, cf, fl, cl, fm, cm, fs, cs, n_max, n_min, n_tot = (x.reshape(-1) for x in parts)
+    p, m, gp, ff, cf, fl, cl, fm, cm, fs, cs, n_max, n_min, n_tot = (x.reshape(-1) for x in parts)
     out = m * cf  # one stage: m micro-batches one after another
+    closed = (gp > 0) & (p == 1)
     deep = np.flatnonzero(p > 1)
     if deep.size == 0:
-        return out.reshape(shape)
+        return out.reshape(shape), closed.reshape(shape)
     # shallower pipelines behind stages that take no time: a stage's warm-up counts the stages after
     # it, and an idle stage in front passes every forward on at once and waits for each backward, so
     # p stages padded to P in front end where they would alone; one pass per bucket of depths (`_depth_bucket`)
     bucket = _depth_bucket(p[deep])
     for size in np.unique(bucket):
         rows = deep[bucket == size]
-        out[rows] = _padded_makespan(
-            rows, int(size), p, m, (ff, cf, fl, cl), (fm, cm, fs, cs), (n_max, n_min, n_tot), counts
-        )
-    return out.reshape(shape)
+        stages = _padded_stages(rows, int(size), p, (ff, cf, fl, cl), (fm, cm, fs, cs), (n_max, n_min, n_tot), counts)
+        out[rows], closed[rows] = _makespans(*stages, m[rows], gp[rows] > 0)
+    return out.reshape(shape), closed.reshape(shape)
 
 
 def _depth_bucket(p: np.ndarray) -> np.ndarray:
@@ -74,18 +92,17 @@ def _depth_bucket(p: np.ndarray) -> np.ndarray:
     return np.ceil(p / step) * step
 
 
-def _padded_makespan(
+def _padded_stages(
     rows: np.ndarray,
     top_p: int,
     p: np.ndarray,
-    m: np.ndarray,
     ends: tuple[np.ndarray, ...],
     middles: tuple[np.ndarray, ...],
     layers: tuple[np.ndarray, ...],
     counts: tuple[int, ...] | None,
-) -> np.ndarray:
-    """`uneven_stages_s` of `rows`, padded in front to `top_p` stages (their bucket's depth, whatever
-    the plans beside them: each plan's arithmetic is its own)."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each stage's forward and whole micro-batch c_j of `rows` (rows, `top_p`), padded in front to
+    `top_p` stages (their bucket's depth, whatever the plans beside them)."""
     ff, cf, fl, cl = ends
     fm, cm, fs, cs = middles
     n_max, n_min, n_tot = layers
@@ -104,9 +121,26 @@ def _padded_makespan(
                 lack = (q - 2) * top[sel] - total[sel]  # what they lack of all-fullest, in seconds
                 per_layer = np.divide(lack[:, None], short, out=np.zeros_like(short), where=short > 0)
                 col[at, lo + 1 : top_p - 1] = top[sel][:, None] - per_layer * gap
-    # plans with the same stages and micro-batches (a planner's, apart in dp or ZeRO) priced once
-    first, back = distinct_rows(np.column_stack([fwd, whole, m[rows]]))
-    return one_f_one_b_s(fwd[first], whole[first] - fwd[first], m[rows][first])[back]
+    return fwd, whole
+
+
+def _makespans(fwd: np.ndarray, whole: np.ndarray, m: np.ndarray, gpipe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The makespan of each plan's stages (`_padded_stages`) under 1F1B, or GPipe where `gpipe`,
+    and where GPipe's closed form is exact (a stage the slowest in both passes)."""
+    # plans with the same stages, micro-batches and schedule (a planner's, apart in dp or ZeRO) priced once
+    first, back = distinct_rows(np.column_stack([fwd, whole, m, gpipe]))
+    f, b, k, g = fwd[first], whole[first] - fwd[first], m[first], gpipe[first]
+    out, closed = np.empty(first.size), np.zeros(first.size, bool)
+    one = np.flatnonzero(~g)
+    if one.size:
+        out[one] = one_f_one_b_s(f[one], b[one], k[one])
+    two = np.flatnonzero(g)
+    if two.size:
+        fg, bg = f[two], b[two]
+        out[two] = gpipe_makespan_s(fg, bg, k[two])
+        top_f, top_b = fg.max(axis=-1, keepdims=True), bg.max(axis=-1, keepdims=True)
+        closed[two] = ((fg == top_f) & (bg == top_b)).any(axis=-1)
+    return out[back], closed[back]
 
 
 def _middle_counts(counts: tuple[int, ...] | None, p: int, n_min: np.ndarray, n_tot: np.ndarray) -> np.ndarray:
@@ -123,25 +157,27 @@ def forward_share_s(cost: StageCost, whole: Number) -> Number:
     return cost.forward_s + (whole - cost.total_s) / 2
 
 
-def with_exact_one_f_one_b(
-    exact: Number, closed_s: Number, lay: Layout, micro_batches: Number, flushes: Number
+def with_exact_makespans(
+    exact: Number, gpipe: Number, closed_s: Number, lay: Layout, micro_batches: Number, flushes: Number
 ) -> Number:
-    """`closed_s` (the closed form's makespan) with the exact 1F1B makespan where `exact` holds
-    (non-interleaved 1F1B): F flushes run F schedules of m / F micro-batches one after the other
-    (`specs.rules.flushes_rule`: F divides m)."""
+    """`closed_s` (the closed form's makespan) with the exact makespan where `exact` holds
+    (non-interleaved 1F1B, and GPipe where `gpipe` and no stage is the slowest in both passes:
+    the closed form is exact where one is): F flushes run F schedules of m / F micro-batches one
+    after the other (`specs.rules.flushes_rule`: F divides m)."""
     split = lay.split
     ends = (forward_share_s(lay.first, lay.c_first), lay.c_first, forward_share_s(lay.last, lay.c_last), lay.c_last)
     middles = (forward_share_s(lay.middle, lay.c_mid), lay.c_mid, lay.f_mid_sum, lay.c_mid_sum)
     layers = (split.middle_max, split.middle_min, split.middle_total)
-    values = (exact, closed_s, lay.p, micro_batches, flushes, *ends, *middles, *layers)
+    values = (exact, closed_s, lay.p, micro_batches, flushes, gpipe, *ends, *middles, *layers)
     arrays = np.broadcast_arrays(*(np.asarray(x) for x in values))
     flat = [x.reshape(-1) for x in arrays]
     rows = np.flatnonzero(flat[0])
     out = flat[1].astype(float).copy()
     f = flat[4][rows]
-    pick = [x[rows] for x in flat[5:]]
+    pick = [x[rows] for x in flat[6:]]
     each = flat[3][rows] / f  # micro-batches per schedule
-    out[rows] = f * uneven_stages_s(
-        tuple(pick[:4]), tuple(pick[4:8]), tuple(pick[8:]), split.counts, flat[2][rows], each
+    span, closed = uneven_makespans(
+        tuple(pick[:4]), tuple(pick[4:8]), tuple(pick[8:]), split.counts, flat[2][rows], each, flat[5][rows]
     )  # type: ignore[arg-type]
+    out[rows] = np.where(closed, out[rows], f * span)
     return out.reshape(arrays[0].shape) if arrays[0].ndim else out.reshape(())
