@@ -113,19 +113,21 @@ def _cool_down(fe: np.ndarray, be: np.ndarray, f: np.ndarray, b: np.ndarray, idl
     lower columns)."""
     n, p = fe.shape
     tail, after = _backward_sums(b)
-    fe, be = fe.copy(), be.copy()
+    # stages first, plans second: round t's upper stages are one contiguous block of rows
+    fe, be, f_t, tail_t, after_t = (np.ascontiguousarray(x.T) for x in (fe, be, f, tail, after))
     last = p - 2 - idle  # the last round t = w0 - 1
     rows = np.arange(n)
-    enter = np.full((n, p - 1), -np.inf)
+    enter = np.full((p - 1, n), -np.inf)
     for t in range(int(last.max()) + 1):
-        nf = np.maximum(be[:, t + 1 :], fe[:, t:-1])
-        nf += f[:, t + 1 :]
-        fe[:, t + 1 :] = nf
-        nf -= after[:, t + 1 :]
-        nb = tail[:, t + 1 :] + np.maximum.accumulate(nf[:, ::-1], axis=-1)[:, ::-1]
+        nf = np.maximum(be[t + 1 :], fe[t:-1])
+        nf += f_t[t + 1 :]
+        fe[t + 1 :] = nf
+        nf -= after_t[t + 1 :]
+        nb = tail_t[t + 1 :] + np.maximum.accumulate(nf[::-1], axis=0)[::-1]
         at = np.minimum(idle + t, p - 2)
-        enter[:, t] = np.maximum(be[rows, at], nb[rows, at - t])
-        be[:, t + 1 :] = nb
+        enter[t] = np.maximum(be[at, rows], nb[at - t, rows])
+        be[t + 1 :] = nb
+    enter = enter.T
     rounds = np.arange(p - 1)
     at = np.minimum(idle[:, None] + rounds, p - 2)
     fill = np.take_along_axis(np.cumsum(b, axis=-1), at, axis=-1)
@@ -184,11 +186,12 @@ def _uniform_rounds(
     f_r, b_r, lam_r = f[alive], b[alive], lam[alive]
     sums = _backward_sums(b_r)
     running = np.zeros(groups, bool)
+    due = np.zeros(int(rounds.max()) + 1, bool)  # the rounds some member ends at
+    due[rounds] = True
     g = 0
     while alive.size:
-        running[:] = False
-        running[alive] = True
         if g >= 2 * p + _SETTLE_ROUNDS:
+            running[alive] = True
             members = np.flatnonzero(running[group] & (rounds > g))
             pos = np.searchsorted(alive, group[members])
             pf, pb = _power(cur_f[pos], cur_b[pos], f[group[members]], b[group[members]], rounds[members] - g, p)
@@ -202,12 +205,18 @@ def _uniform_rounds(
             grew = lam_r[:, None]
             step = np.maximum(np.abs(nf - cur_f - grew).max(axis=-1), np.abs(nb - cur_b - grew).max(axis=-1))
             settled = step <= tol
-        now = np.zeros(groups, bool)
-        now[alive[settled]] = True
-        members = np.flatnonzero(running[group] & ((rounds == g) | ((rounds > g) & now[group])))
-        keep(members, nf, nb, alive)
-        stop[members] = g
         on = ~settled & (top[alive] > g)
+        if due[g] or not on.all():  # some member reads this round (else each group goes on)
+            running[:] = False
+            running[alive] = True
+            now = np.zeros(groups, bool)
+            now[alive[settled]] = True
+            members = np.flatnonzero(running[group] & ((rounds == g) | ((rounds > g) & now[group])))
+            keep(members, nf, nb, alive)
+            stop[members] = g
+        if on.all():
+            cur_f, cur_b = nf, nb
+            continue
         alive, cur_f, cur_b, f_r, b_r, lam_r = (x[on] for x in (alive, nf, nb, f_r, b_r, lam_r))
         sums = tuple(x[on] for x in sums)
     return np.concatenate(states_f), np.concatenate(states_b), of, stop
