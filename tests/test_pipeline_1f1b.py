@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from shardwise.engines.pipeline import pipeline_makespan_s
-from shardwise.engines.pipeline_1f1b import one_f_one_b_s, uneven_stages_s
+from shardwise.engines.pipeline_1f1b import one_f_one_b_s
+from shardwise.engines.pipeline_uneven import uneven_stages_s
 from shardwise.engines.schedules import one_f_one_b
 from shardwise.engines.simulator import StageTimes, simulate
 
@@ -126,3 +127,31 @@ def test_repeated_stages_with_other_micro_batches_share_their_run():
     got = one_f_one_b_s(f[rows], b[rows], m)
     for i, row in enumerate(rows):
         assert got[i] == pytest.approx(_simulated(f[row], b[row], int(m[i])), rel=1e-9, abs=0)
+
+
+def test_every_plan_gets_its_own_numbers_whatever_the_plans_beside_it():
+    """Bit for bit: a plan's makespan in a batch (its stages shared with plans of other m, settled,
+    not yet settled or squared) is the one it gets alone, in any order of the batch."""
+    rng = np.random.default_rng(31)
+    p = 6
+    f, b = rng.uniform(0.1, 2.0, (5, p)), rng.uniform(0.1, 3.0, (5, p))
+    f[1, 2], b[1, 2] = f[1, 4] * (1 + 1e-9), b[1, 4]  # near tie: squared past the settling rounds
+    f[2], b[2] = 0.4, 0.9  # equal stages
+    rows = np.repeat(np.arange(5), 8)
+    m = np.array([1, 2, 5, 6, 8, 13, 90, 500] * 5)
+    alone = np.array([one_f_one_b_s(f[r], b[r], int(k)) for r, k in zip(rows, m, strict=True)])
+    for order in (np.arange(rows.size), rng.permutation(rows.size), rng.permutation(rows.size)[:7]):
+        got = one_f_one_b_s(f[rows[order]], b[rows[order]], m[order])
+        assert np.array_equal(got, alone[order])
+
+
+def test_depths_sharing_a_bucket_are_priced_as_alone():
+    """Depths 17 and 18 pad to the same 18 stages (`_depth_bucket`) in a batch and alone."""
+    p, m = np.array([17, 18, 17]), np.array([40, 40, 7])
+    ends = (np.full(3, 0.5), np.full(3, 1.4), np.full(3, 0.3), np.full(3, 1.1))
+    mid = (np.full(3, 0.4), np.full(3, 1.2), 0.4 * (p - 2) - 0.1, 1.2 * (p - 2) - 0.3)
+    layers = (np.full(3, 4.0), np.full(3, 3.0), 4.0 * (p - 2) - 1)
+    got = uneven_stages_s(ends, mid, layers, None, p, m)
+    for i in range(3):
+        one = uneven_stages_s(*(tuple(x[i] for x in t) for t in (ends, mid, layers)), None, p[i], m[i])
+        assert got[i] == one

@@ -239,8 +239,8 @@ def _print(
     out.print(f"[dim]80% range: {basis}[/]")
     if any(r.get("simulated") for r in rows):
         out.print(
-            "[dim]* step time simulated operation by operation (the model's for the rest: exact for 1F1B and "
-            "for equal stages, an approximation for GPipe, interleaved and zero-bubble schedules with unequal "
+            "[dim]* step time simulated operation by operation (the model's for the rest: exact for 1F1B, "
+            "GPipe and equal stages, an approximation for interleaved and zero-bubble schedules with unequal "
             "stages, whose order and sends the simulator follows)[/]"
         )
     r = rows[0]

@@ -4,9 +4,10 @@ With c_j one micro-batch's work on stage j (forward + backward + blocking sends 
 forward in inference), m micro-batches and v model chunks per GPU (Narayanan et al. 2021 Sec.
 2.2): T = m max_j c_j + (sum_j c_j - max_j c_j) / v: exact for equal stages only. With unequal
 stages the training engine prices non-interleaved 1F1B (v = 1) by its exact recurrence instead
-(`engines.pipeline_1f1b`; docs/model.md); for GPipe, interleaved and zero-bubble schedules it is an
-approximation (GPipe's exact makespan is `gpipe_makespan_s`; `plan` re-times its top plans with the
-simulator). Serving engines that prepare every micro-batch on the host add their host time to that
+(`engines.pipeline_1f1b`; docs/model.md) and GPipe by its exact makespan, `gpipe_makespan_s`, where
+no stage is the slowest in both passes (`engines.pipeline_uneven`); for interleaved and zero-bubble
+schedules it is an approximation (`plan` re-times its top plans with the simulator). Serving
+engines that prepare every micro-batch on the host add their host time to that
 (`pipelined_round_s`).
 """
 
@@ -50,23 +51,26 @@ def pipeline_makespan_s(
     return micro_batches * c_max + flushes * (c_sum - c_max) / vpp
 
 
-def gpipe_makespan_s(forward_s: np.ndarray, backward_s: np.ndarray, micro_batches: int) -> float:
+def gpipe_makespan_s(forward_s: Number, backward_s: Number, micro_batches: Number) -> np.ndarray:
     """GPipe's exact makespan with stages of forward f_j and backward b_j per micro-batch:
-    sum f + (m - 1) max f + sum b + (m - 1) max b.
+    sum f + (m - 1) max f + sum b + (m - 1) max b, over plans.
 
     GPipe runs every forward, then every backward (Huang et al. 2019, Fig. 2c): each half is a
     max-plus fill and drain of m alike micro-batches through the stages (a tandem line: the last
     of them leaves once the first has crossed every stage and the slowest stage has passed the
     other m - 1), and the backward starts on the last stage when its last forward ends (the other
-    stages' forwards end earlier). The closed form `pipeline_makespan_s` with c_j = f_j + b_j can
-    fall short of it: f = [1, 3, 1], b = [5, 2, 2], m = 4 gives 38 s here (and in the simulator)
-    against 32 s (review 44). Held to `engines.simulator` on random stages
+    stages' forwards end earlier). The closed form `pipeline_makespan_s` with c_j = f_j + b_j is
+    exact where one stage is the slowest in both passes (its c_j is then max c, and sum f + sum b
+    = sum c), and falls short of it otherwise: f = [1, 3, 1], b = [5, 2, 2], m = 4 gives 38 s here
+    (and in the simulator) against 32 s (review 44). Held to `engines.simulator` on random stages
     (`tests/test_pipeline_gpipe.py`).
-    """
+
+    `forward_s`, `backward_s`: (n, p) or (p,) seconds (stages padded with zeros in front end as
+    they would alone); `micro_batches`: m per plan (n,) or one. Returns (n,) seconds (0-d for (p,))."""
     f = np.asarray(forward_s, dtype=float)
     b = np.asarray(backward_s, dtype=float)
-    m = micro_batches - 1
-    return float(f.sum() + m * f.max() + b.sum() + m * b.max())
+    k = np.asarray(micro_batches, dtype=float) - 1
+    return f.sum(axis=-1) + k * f.max(axis=-1) + b.sum(axis=-1) + k * b.max(axis=-1)
 
 
 def pipeline_host_s(preset: EnginePreset, requests: Number) -> Number:

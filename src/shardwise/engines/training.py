@@ -12,8 +12,9 @@ the embedding, the last the output layer and loss; stages may hold different num
 
 which for p equal stages is (m + (p - 1)/v) c: the GPipe / 1F1B bubble (p - 1)/m of
 Narayanan et al. 2021 Sec. 2.2, divided by v for the interleaved schedule (their Sec. 2.2.2).
-Non-interleaved 1F1B takes its exact makespan over every stage's forward and backward passes
-instead (`engines.pipeline_1f1b`: the closed form is exact there only for equal stages).
+Non-interleaved 1F1B and GPipe take their exact makespans over every stage's forward and backward
+passes instead (`engines.pipeline_uneven`: the closed form is exact for 1F1B only with equal stages,
+for GPipe where one stage is the slowest in both passes).
 Per-micro-batch costs (the weight gradients accumulated into fp32 main_grad, the sends and their
 syncs) are inside c_j, so they also grow the bubble. The data-parallel gradient reduction
 follows, hidden behind the last backward pass when bucketed and overlapped (and behind the
@@ -36,7 +37,7 @@ from shardwise.engines.distinct import evaluate_distinct
 from shardwise.engines.dp_step import data_parallel_exposed_s, paced_stages
 from shardwise.engines.moe import model_moe_split
 from shardwise.engines.pipeline import pipeline_makespan_s
-from shardwise.engines.pipeline_1f1b import with_exact_one_f_one_b
+from shardwise.engines.pipeline_uneven import with_exact_makespans
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.stage_assembly import select
 from shardwise.engines.tp_overlap import tp_comm
@@ -113,11 +114,13 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     c_first, c_mid, c_last, optimizer_s = lay.c_first, lay.c_mid, lay.c_last, lay.optimizer_s
     flushes = as_float(plan.pipeline_flushes)
     pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, lay.v_whole, lay.c_mid_sum, flushes)
-    # non-interleaved 1F1B: the exact makespan over every stage's own passes (`pipeline_1f1b`); the
-    # closed form stays for GPipe, interleaving (v > 1) and ZB-H1 (below)
-    exact = (as_array(plan.schedule) == Schedule.ONE_F_ONE_B) & (as_array(v) == 1) & (as_array(p) > 1)
+    # non-interleaved 1F1B and GPipe: the exact makespan over every stage's own passes
+    # (`pipeline_uneven`); the closed form stays for interleaving (v > 1) and ZB-H1 (below)
+    sched = as_array(plan.schedule)
+    gpipe = sched == Schedule.GPIPE
+    exact = ((sched == Schedule.ONE_F_ONE_B) | gpipe) & (as_array(v) == 1) & (as_array(p) > 1)
     if any_true(exact):
-        pipe_s = with_exact_one_f_one_b(exact, pipe_s, lay, m, flushes)
+        pipe_s = with_exact_makespans(exact, gpipe, pipe_s, lay, m, flushes)
     # ZB-H1 (Qi et al. 2023): deferred weight-gradient passes fill the cool-down, so the bubble
     # is (p - 1)(c - 2 T_W) instead of (p - 1) c per micro-batch time c.
     if lay.w_stage is not None:
