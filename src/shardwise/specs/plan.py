@@ -226,7 +226,9 @@ class Plan(PlanLayout):
     and v each copied head-major, their gradients copied back, SDPA's output once more (Modalities);
     `hf_gpt2_ops`: the model is Hugging Face Transformers v4.12's eager GPT-2 (modeling_gpt2.py): five
     element-wise passes over materialised scores, gelu_new as eight ATen ops, addmm's bias copies and
-    unfused residual dropouts (`physics.hf_gpt2`);
+    unfused residual dropouts (`physics.hf_gpt2`); `cublas_before_11`: the stack's cuBLAS predates
+    11.0 (CUDA 10.x), whose 16-bit GEMMs with a dimension not a multiple of 8 run on the CUDA cores
+    (`physics.gemm_align`: GPT-2's 50,257-wide LM head);
     `grad_reduce_bf16`: the gradient buffer and its data-parallel reduction in the 16-bit parameter
     dtype, not fp32 (Megatron-LM `--grad-reduce-in-bf16`; Megatron-Core's grad_reduce_in_fp32=False,
     which NVIDIA's performance recipes set: `physics.memory.grad_bytes_per_param`);
@@ -341,6 +343,7 @@ class Plan(PlanLayout):
     layout_copies: bool | np.ndarray = False
     head_copies: bool | np.ndarray = False
     hf_gpt2_ops: bool | np.ndarray = False
+    cublas_before_11: bool | np.ndarray = False
     grad_reduce_bf16: bool | np.ndarray = False
     spmd_grad_reduce: bool | np.ndarray = False
     scan_unpipelined: bool | np.ndarray = False
