@@ -8,6 +8,7 @@ the rows, at the rows' versions. Nothing here is fitted.
 from __future__ import annotations
 
 from shardwise.analyses.public_memory_recipes import DGXC, RecipeFact
+from shardwise.physics.hf_gpt2 import HF_TRAINER_ZERO1_STEP_BYTES
 
 # Runs whose recipe builds no MegatronCommOverlapCallback, so Megatron-Core's defaults hold:
 # ModelParallelConfig.tp_comm_overlap = False (megatron/core/model_parallel_config.py) and the
@@ -80,7 +81,8 @@ NO_OVERLAP_LAUNCHES = (
 # and copy-back move 12 in fp16: a floor-side approximation, not refitted).
 NO_OVERLAP_COMM_CONFIGS = (RecipeFact("GitHub deepspeedai/DeepSpeedExamples training/autotuning/hf/"),)
 # Their model is Hugging Face Transformers 4.12.0's GPT2LMHeadModel (run_clm.py --model_name_or_path
-# gpt2, gpt2-medium, gpt2-large, gpt2-xl; the rows' framework column): `Plan.hf_gpt2_ops`.
+# gpt2, gpt2-medium, gpt2-large, gpt2-xl; the rows' framework column): `Plan.hf_gpt2_ops`; its Trainer's
+# AdamW under DeepSpeed's stage-1 step (the config names no optimizer): `Plan.optimizer_step_bytes`.
 HF_GPT2_CONFIGS = (RecipeFact("GitHub deepspeedai/DeepSpeedExamples training/autotuning/hf/gpt2"),)
 
 
@@ -97,6 +99,7 @@ def plan_settings(row: dict[str, str]) -> dict[str, object]:
             "overlap_param_gather": False,
             "zero1_grad_all_reduce": True,
             "hf_gpt2_ops": gpt2,
+            "optimizer_step_bytes": HF_TRAINER_ZERO1_STEP_BYTES if gpt2 else 0.0,
         }
     if any(fact.covers(row) for fact in NO_OVERLAP_RECIPES):
         return {"tp_comm_overlap": False, "overlap_param_gather": False}

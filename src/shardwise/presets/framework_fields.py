@@ -37,6 +37,7 @@ STACK_FIELDS = (
     "pipeline_split",
     "layer_host_ops",
     "loss_bytes_per_logit",
+    "optimizer_step_bytes",
     "p2p_host_ops",
     "tp_shard_overlap",
     "eager_glu",
@@ -159,6 +160,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
         ("layer_host_ops", 10_000, "host operations per layer"),
         ("p2p_host_ops", 10_000, "host operations per micro-batch"),
         ("loss_bytes_per_logit", 256, "bytes per logit"),
+        ("optimizer_step_bytes", 1024, "bytes per parameter"),
     ):
         if field in data:
             value = data[field]

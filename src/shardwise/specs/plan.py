@@ -211,6 +211,8 @@ class Plan(PlanLayout):
     units of `host_kernel_s` (a stack's count from its code, `physics.stack`; 0: the kernels
     `physics.stack.layer_kernels` counts); `loss_bytes_per_logit`: bytes the loss moves per logit,
     forward and backward, besides the output GEMM (0: the fused vocab-parallel loss's, e + 12);
+    `optimizer_step_bytes`: bytes per local parameter the stack's optimizer step moves (0: Megatron's
+    fused step, `engines.training_layout.OPTIMIZER_TRAFFIC_BYTES_PER_PARAM`; `physics.hf_gpt2`);
     `serving_layer_kernels`: the kernels a serving engine launches for one dense layer's forward
     (0: the fused stack's count), `fused_residual_norms` how many of its two residual adds it fuses
     with the next norm (`engines.engine_kernels`, set from the engine by `engines.serving`), and
@@ -334,6 +336,7 @@ class Plan(PlanLayout):
     p2p_serial: bool | np.ndarray = False
     layer_host_ops: Number = 0.0
     loss_bytes_per_logit: Number = 0.0
+    optimizer_step_bytes: Number = 0.0
     serving_layer_kernels: Number = 0
     fused_residual_norms: Number = 0
     norm_fusion_max_bytes: Number = 0.0
