@@ -77,8 +77,9 @@ NO_OVERLAP_LAUNCHES = (
 # `reduce_ipg_grads` takes `buffered_reduce_fallback(None, ...)`: `allreduce_bucket` flattens each
 # bucket, div_ by the world size, dist.all_reduce (rank None) and copies the result back into every
 # gradient: the whole gradient all-reduced, not reduce-scattered (`Plan.zero1_grad_all_reduce`; its
-# unsharded passes are priced at nanotron's 16 bytes per parameter where DeepSpeed's flatten, div_
-# and copy-back move 12 in fp16: a floor-side approximation, not refitted).
+# unsharded passes are priced at nanotron's 16 bytes per parameter: DeepSpeed's flatten, div_ and
+# copy-back move 12 in fp16, and torch.distributed's list all-gather in `step` (a flat buffer, each
+# rank's shard copied out: ProcessGroupNCCL::allgather before torch 1.13) 4 more).
 NO_OVERLAP_COMM_CONFIGS = (RecipeFact("GitHub deepspeedai/DeepSpeedExamples training/autotuning/hf/"),)
 # Their model is Hugging Face Transformers 4.12.0's GPT2LMHeadModel (run_clm.py --model_name_or_path
 # gpt2, gpt2-medium, gpt2-large, gpt2-xl; the rows' framework column): `Plan.hf_gpt2_ops`; its Trainer's
