@@ -81,3 +81,21 @@ def test_only_the_autotuning_gpt2_rows_take_the_gpt2_ops_and_deepspeed_05s_zero1
         assert not kw["overlap_grad_reduce"] and not kw["overlap_param_gather"]
         assert public_stacks.execution(r)[1].get("hf_gpt2_ops") is True
     assert not any(public_stacks.execution(r)[1].get("hf_gpt2_ops") for r in others)
+
+
+def test_the_trainers_adamw_under_deepspeed_05s_step_moves_its_own_bytes_per_shard_parameter():
+    """124 bytes per parameter of the rank's shard (`physics.hf_gpt2`'s table) against the fused step's 48."""
+    from shardwise.engines.training_layout import OPTIMIZER_TRAFFIC_BYTES_PER_PARAM, optimizer_time_s
+    from shardwise.physics.hf_gpt2 import HF_TRAINER_ZERO1_STEP_BYTES
+
+    assert HF_TRAINER_ZERO1_STEP_BYTES == 124.0
+    fused = _scenario(zero1_grad_all_reduce=False)
+    own = dataclasses.replace(fused, plan=dataclasses.replace(fused.plan, optimizer_step_bytes=124.0))
+    n = 124e6
+    gpu = fused.cluster.gpu
+    extra = (HF_TRAINER_ZERO1_STEP_BYTES - OPTIMIZER_TRAFFIC_BYTES_PER_PARAM) * n / 16
+    assert optimizer_time_s(own, n) - optimizer_time_s(fused, n) == pytest.approx(memory_s(extra, gpu, 0))
+    from shardwise.analyses.public_runs import raw_rows
+
+    kw = [public_overlap_recipes.plan_settings(r) for r in raw_rows() if r["framework"] == "deepspeed"]
+    assert sorted({k.get("optimizer_step_bytes", 0.0) for k in kw}) == [0.0, HF_TRAINER_ZERO1_STEP_BYTES]

@@ -8,6 +8,7 @@ the rows, at the rows' versions. Nothing here is fitted.
 from __future__ import annotations
 
 from shardwise.analyses.public_memory_recipes import DGXC, RecipeFact
+from shardwise.physics.hf_gpt2 import HF_TRAINER_ZERO1_STEP_BYTES
 
 # Runs whose recipe builds no MegatronCommOverlapCallback, so Megatron-Core's defaults hold:
 # ModelParallelConfig.tp_comm_overlap = False (megatron/core/model_parallel_config.py) and the
@@ -76,11 +77,13 @@ NO_OVERLAP_LAUNCHES = (
 # `reduce_ipg_grads` takes `buffered_reduce_fallback(None, ...)`: `allreduce_bucket` flattens each
 # bucket, div_ by the world size, dist.all_reduce (rank None) and copies the result back into every
 # gradient: the whole gradient all-reduced, not reduce-scattered (`Plan.zero1_grad_all_reduce`; its
-# unsharded passes are priced at nanotron's 16 bytes per parameter where DeepSpeed's flatten, div_
-# and copy-back move 12 in fp16: a floor-side approximation, not refitted).
+# unsharded passes are priced at nanotron's 16 bytes per parameter: DeepSpeed's flatten, div_ and
+# copy-back move 12 in fp16, and torch.distributed's list all-gather in `step` (a flat buffer, each
+# rank's shard copied out: ProcessGroupNCCL::allgather before torch 1.13) 4 more).
 NO_OVERLAP_COMM_CONFIGS = (RecipeFact("GitHub deepspeedai/DeepSpeedExamples training/autotuning/hf/"),)
 # Their model is Hugging Face Transformers 4.12.0's GPT2LMHeadModel (run_clm.py --model_name_or_path
-# gpt2, gpt2-medium, gpt2-large, gpt2-xl; the rows' framework column): `Plan.hf_gpt2_ops`.
+# gpt2, gpt2-medium, gpt2-large, gpt2-xl; the rows' framework column): `Plan.hf_gpt2_ops`; its Trainer's
+# AdamW under DeepSpeed's stage-1 step (the config names no optimizer): `Plan.optimizer_step_bytes`.
 HF_GPT2_CONFIGS = (RecipeFact("GitHub deepspeedai/DeepSpeedExamples training/autotuning/hf/gpt2"),)
 
 
@@ -97,6 +100,7 @@ def plan_settings(row: dict[str, str]) -> dict[str, object]:
             "overlap_param_gather": False,
             "zero1_grad_all_reduce": True,
             "hf_gpt2_ops": gpt2,
+            "optimizer_step_bytes": HF_TRAINER_ZERO1_STEP_BYTES if gpt2 else 0.0,
         }
     if any(fact.covers(row) for fact in NO_OVERLAP_RECIPES):
         return {"tp_comm_overlap": False, "overlap_param_gather": False}

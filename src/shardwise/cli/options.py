@@ -121,7 +121,14 @@ cluster_options = _stack(
 )
 
 
-plan_options = _stack(plan_layout_options, stage_options, execution_options)
+# a stack's own count of its optimizer step's traffic (`Plan.optimizer_step_bytes`), beside the execution flags
+optimizer_step_option = click.option(
+    "--optimizer-step-bytes",
+    type=float,
+    help="Bytes per parameter of the rank's shard the optimizer step moves, the stack's own count (the HF "
+    "Trainer's AdamW under DeepSpeed 0.5 ZeRO-1: 124) [default: the framework's; 0: a fused step's 48].",
+)
+plan_options = _stack(plan_layout_options, stage_options, execution_options, optimizer_step_option)
 
 
 def emit_option(whose: str, where: str = "docs/emit/") -> Any:

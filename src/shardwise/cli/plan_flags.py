@@ -373,6 +373,7 @@ execution_options = stack_options(
     ),
     _switch("zero1-grad-all-reduce", "ZeRO-1 all-reduces whole gradients after the backward (DeepSpeed 0.5)."),
     _switch("hf-gpt2-ops", "transformers 4.12's eager GPT-2 ops: unfused score passes, gelu_new, addmm bias."),
+    _switch("cublas-before-11", "CUDA 10.x cuBLAS: 16-bit GEMMs with a dimension not a multiple of 8 on CUDA cores."),
 )
 
 

@@ -257,6 +257,7 @@ def _flags(p: Any) -> str:
         "expandable_segments": "expandable segments",
         "partition_activations": "partitioned checkpoints",
         "hf_gpt2_ops": "transformers 4.12 eager GPT-2 ops",
+        "cublas_before_11": "cuBLAS < 11 (unaligned GEMMs on CUDA cores)",
     }
     on = [label for k, label in names.items() if bool(np.all(np.asarray(getattr(p, k))))]
     if bool(np.all(np.asarray(p.tp_comm_overlap))) and not bool(np.all(np.asarray(p.sequence_parallel))):

@@ -119,12 +119,11 @@ def plan_layer_times(
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
     return layer_times(
         fwd, gpu, plan.precision, plan.flash_attention if flash is None else flash, plan.grad_accumulation_fusion,
-        plan.attention_kernel,
-        plan.eager_kernels,
-        plan_accumulate_bytes(plan),
+        plan.attention_kernel, plan.eager_kernels, plan_accumulate_bytes(plan),
         plan.fp8_recipe, plan.cp_comm, gathered_shards=gathered_shards(plan.precision, plan.fp8_recipe, plan.tp, sp),
         training=training, norm_shards=np.where(sp, np.maximum(np.asarray(plan.tp, dtype=float), 1.0), 1.0),
         mlp_norm_fed=not moe_layer, norm_returned=norm_returned(fwd, plan.lora_rank, plan.lora_targets),
+        cublas_before_11=plan.cublas_before_11,
     )  # fmt: skip
 
 

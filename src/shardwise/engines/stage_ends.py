@@ -112,6 +112,7 @@ def _norm_and_logits(
         plan.grad_accumulation_fusion,
         plan_accumulate_bytes(plan),
         backward=backward,
+        cublas_before_11=plan.cublas_before_11,  # GPT-2's 50,257-wide head (`physics.gemm_align`)
     )
     return norm, out
 

@@ -358,14 +358,15 @@ def optimizer_time_s(
     casts: `physics.fp8_recipes`). With `Plan.offload_optimizer` that share of the update runs on
     the host CPU instead, with its copies (`physics.offload.optimizer_host_s`). With
     `Plan.zero1_grad_all_reduce` under ZeRO >= 1 the gradient passes' UNSHARDED_GRAD_PASS_BYTES run
-    over all `n_params`; FSDP2's once-a-step copies (`fsdp2_copies.step_copies_s`)."""
+    over all `n_params`; FSDP2's once-a-step copies (`fsdp2_copies.step_copies_s`); `Plan.optimizer_step_bytes`."""
     plan = scn.plan
     sharded = as_array(plan.zero_stage) >= 1
     shards = as_array(plan.zero_ranks)  # the distributed optimizer shards over dp x cp (or the shard group)
     expert_shards = ifelse(sharded, plan.expert_dp, 1) if scn.model.is_moe else 1
     local = (n_params - n_expert) / ifelse(sharded, shards, 1) + n_expert / expert_shards
     gpu = scn.cluster.gpu
-    traffic = local * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM
+    own = as_array(plan.optimizer_step_bytes)  # the stack's own count where it states one
+    traffic = local * np.where(own > 0, own, OPTIMIZER_TRAFFIC_BYTES_PER_PARAM)
     whole = as_bool(plan.zero1_grad_all_reduce) & sharded
     if any_true(whole):  # nanotron's gradient passes over every local gradient (UNSHARDED_GRAD_PASS_BYTES)
         traffic = traffic + ifelse(whole, (n_params - local) * UNSHARDED_GRAD_PASS_BYTES, 0.0)

@@ -162,6 +162,7 @@ def layer_times(
     norm_shards: Number | None = None,
     mlp_norm_fed: bool = True,
     norm_returned: Returned = (0.0, 0.0),
+    cublas_before_11: Number = False,
 ) -> LayerTimes:
     """Times of every kernel of one layer (see the module docstring for the ratios); the
     attention kernel and eager element-wise kernels as `physics.stack` describes; PyTorch's ring
@@ -174,11 +175,13 @@ def layer_times(
     sequence parallelism splits the norms over (default `gathered_shards`); `mlp_norm_fed` False: a
     mixture-of-experts layer, whose dense MLP (shared experts) the pre-MLP norm does not feed
     (`physics.casts._norm_fed`); `norm_returned`: the QKV and MLP-up norms whose output is also
-    returned in 16 bits (LoRA's, `physics.casts.Returned`): no FP8 norm write there."""
+    returned in 16 bits (LoRA's, `physics.casts.Returned`): no FP8 norm write there. `cublas_before_11`:
+    linears with a dimension not a multiple of 16 bytes on the CUDA cores (`physics.gemm_align`)."""
     flash = np.asarray(flash, dtype=bool)
     qkv, proj, up, down, *extra = linears_times(
-        (*fwd.gemms, *fwd.extra), gpu, precision, fused_accumulation, accumulate_bytes, fp8_recipe, backward
-    )
+        (*fwd.gemms, *fwd.extra), gpu, precision, fused_accumulation, accumulate_bytes, fp8_recipe, backward,
+        cublas_before_11,
+    )  # fmt: skip
     mlp = np.asarray(fwd.has_mlp, dtype=float)
     if not np.all(mlp == 1.0):  # no dense MLP: nothing to time
         up, down = (GemmTimes(*(mlp * x for x in (g.forward_s, g.input_grad_s, g.weight_grad_s))) for g in (up, down))

@@ -48,6 +48,31 @@ The residual branch, `GPT2Block.forward`: `attn_output = self.resid_dropout(self
 where the priced eager stack counts one fused dropout-add (3e + 1): 2e more per hidden element and one
 more kernel, twice a layer, forward (backward: the add passes the gradient on; the dropout's backward
 is the priced one).
+
+The step the rows' Trainer and DeepSpeed 0.5's ZeRO-1 run (`Plan.optimizer_step_bytes`, bytes per
+parameter of the rank's partition; their DeepSpeed config names no optimizer, so transformers 4.12's
+`deepspeed_init` calls `trainer.create_optimizer()`: transformers' own `AdamW`, a Python loop over the
+partition's flat fp32 tensors, and DeepSpeed wraps it; deepspeedai/DeepSpeed 7567c76c stage2.py `step`):
+
+=========================================================================  ===================
+pass (code)                                                                bytes per parameter
+=========================================================================  ===================
+`has_overflow_partitioned_grads_serial`: `float(x.float().sum())`           2 + 4 + 4 = 10
+`get_grad_norm_direct`: `g.data.double().norm(2)`                          2 + 8 + 8 = 18
+`flatten(averaged_gradients).to(fp32)`                                     2 + 2 + 2 + 4 = 10
+`unscale_and_clip_grads`: `grad.data.mul_(1 / scale)`                      4 + 4 = 8
+AdamW (optimization.py v4.12.0): `exp_avg.mul_(b1).add_(grad)` 8 + 12,     72
+`exp_avg_sq.mul_(b2).addcmul_(grad, grad)` 8 + 12 (grad read once),
+`exp_avg_sq.sqrt().add_(eps)` 8 + 8, `p.addcdiv_(exp_avg, denom)` 16;
+no weight decay (TrainingArguments' default 0.0)
+the fp32 partition copied into the fp16 one                                4 + 2 = 6
+total                                                                      124
+=========================================================================  ===================
+
+Against the fused step's 48 (`engines.training_layout.OPTIMIZER_TRAFFIC_BYTES_PER_PARAM`). Not priced:
+the two host syncs per gradient tensor of the partition (the overflow check's `float`, the norm's
+`.item()`, tens of microseconds each) and torch.distributed's list all-gather, which gathers into a
+flat buffer and copies each rank's shard out (4 bytes per parameter of the whole model).
 """
 
 from __future__ import annotations
@@ -69,6 +94,8 @@ ADDMM_BIAS_COPY_E = 2.0  # per output element of each linear, forward
 ADDMM_LINEARS = 4
 RESIDUAL_EXTRA_E = 2.0  # per hidden element of each of the two residual branches, forward
 RESIDUAL_BRANCHES = 2
+# the Trainer + DeepSpeed 0.5 ZeRO-1 optimizer step, bytes per parameter of the partition (table above)
+HF_TRAINER_ZERO1_STEP_BYTES = 10.0 + 18.0 + 10.0 + 8.0 + 72.0 + 6.0
 
 
 def hf_gpt2_extra_bytes(

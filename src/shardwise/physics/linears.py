@@ -12,12 +12,13 @@ casts that quantise them: `physics.casts`; torchao's FP8 recipes as `physics.fp8
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from shardwise.physics import fp8_recipes
 from shardwise.physics.casts import NVFP4_BYTES_PER_ELEMENT
+from shardwise.physics.gemm_align import CUDA_CORE_SHARE, on_cuda_cores
 from shardwise.physics.kernels import gemms_s, memory_s
 from shardwise.physics.layer_parts import Gemm, input_gradient, weight_gradient
 from shardwise.specs import Gpu
@@ -56,10 +57,12 @@ def linear_times(
     fused_accumulation: Number = True,
     accumulate_bytes: Number = UNFUSED_ACCUMULATE_BYTES,
     backward: bool = True,
+    cublas_before_11: Number = False,
 ) -> GemmTimes:
     """Forward, input-gradient and weight-gradient GEMMs of one linear layer (`backward` False:
     the forward alone, as `linears_times`)."""
-    return linears_times((g,), gpu, precision, fused_accumulation, accumulate_bytes, backward=backward)[0]
+    args = (fused_accumulation, accumulate_bytes)
+    return linears_times((g,), gpu, precision, *args, backward=backward, cublas_before_11=cublas_before_11)[0]
 
 
 def linears_times(
@@ -70,13 +73,15 @@ def linears_times(
     accumulate_bytes: Number = UNFUSED_ACCUMULATE_BYTES,
     fp8_recipe: str = "te",
     backward: bool = True,
+    cublas_before_11: Number = False,
 ) -> list[GemmTimes]:
     """`linear_times` of each linear layer, their GEMMs priced together (`gemms_s`); without
     fused accumulation a separate kernel adds the 16-bit gradient to the fp32 accumulator,
     moving `accumulate_bytes` per weight (`physics.microbatch`). A torchao FP8 recipe's GEMMs as
     `physics.fp8_recipes` describes them. `backward` False (inference): the forward GEMMs alone
     are priced, the same numbers; the two gradients are NaN (`NOT_PRICED`), so that a sum that
-    reads one by mistake shows it."""
+    reads one by mistake shows it. `cublas_before_11`: a layer with a dimension not a multiple of 16
+    bytes runs its GEMMs on the CUDA cores (`physics.gemm_align`)."""
     if is_fp8(precision) and fp8_recipes.is_torchao(fp8_recipe):
         return _torchao_linears_times(gs, gpu, precision, fused_accumulation, accumulate_bytes, fp8_recipe, backward)
     fused = np.asarray(fused_accumulation, dtype=bool)
@@ -87,12 +92,14 @@ def linears_times(
     elif is_nvfp4(precision):  # both operands of all three GEMMs in NVFP4, outputs in 16 bits
         gs = [g._replace(a_bytes=NVFP4_BYTES_PER_ELEMENT, b_bytes=NVFP4_BYTES_PER_ELEMENT) for g in gs]
     if not backward:
-        return [GemmTimes(t, NOT_PRICED, NOT_PRICED) for t in gemms_s(gs, gpu, precision)]
+        fwd = _aligned_or_not(gs, gemms_s(gs, gpu, precision), gpu, precision, cublas_before_11)
+        return [GemmTimes(t, NOT_PRICED, NOT_PRICED) for t in fwd]
     # one framework for all plans (a scalar): price only its kind of weight-gradient accumulation
     kinds = [bool(fused)] if fused.ndim == 0 else [True, False]
     accumulate = {True: FUSED_ACCUMULATE_BYTES, False: UNFUSED_GRAD_BYTES}
     per_layer = [(g, input_gradient(g), *(weight_gradient(g, accumulate[kind]) for kind in kinds)) for g in gs]
-    times = gemms_s([x for layer in per_layer for x in layer], gpu, precision)
+    flat = [x for layer in per_layer for x in layer]
+    times = _aligned_or_not(flat, gemms_s(flat, gpu, precision), gpu, precision, cublas_before_11)
     per = 2 + len(kinds)  # forward, input gradient, one weight gradient per kind
     out = []
     for i, g in enumerate(gs):
@@ -103,6 +110,21 @@ def linears_times(
             dw[plain] = dw[plain] + memory_s(accumulate_bytes * g.batch * g.k * g.n, gpu, kernels=add_kernels)
         out.append(GemmTimes(fwd, dx, dw[0] if len(dw) == 1 else np.where(fused, dw[0], dw[1])))
     return out
+
+
+def _aligned_or_not(
+    gs: Sequence[Gemm], times: list[Number], gpu: Gpu, precision: str, cublas_before_11: Number
+) -> list[Number]:
+    """`times` of the GEMMs `gs`, those that leave the tensor cores (`gemm_align.on_cuda_cores`)
+    priced again at the CUDA cores' share of the tensor rate, with the same tile model."""
+    if not np.any(cublas_before_11):  # the hot path: every library since CUDA 11
+        return times
+    slow = [on_cuda_cores(g.m, g.n, g.k, g.a_bytes, cublas_before_11) for g in gs]
+    if not any(np.any(x) for x in slow):
+        return times
+    cores = replace(gpu, peak_flops_per_s_16bit=gpu.peak_flops_per_s_16bit * CUDA_CORE_SHARE)
+    cuda_core_times = gemms_s(gs, cores, precision)
+    return [np.where(x, c, t) for x, c, t in zip(slow, cuda_core_times, times, strict=True)]
 
 
 def _torchao_linears_times(

@@ -37,12 +37,14 @@ STACK_FIELDS = (
     "pipeline_split",
     "layer_host_ops",
     "loss_bytes_per_logit",
+    "optimizer_step_bytes",
     "p2p_host_ops",
     "tp_shard_overlap",
     "eager_glu",
     "layout_copies",
     "head_copies",
     "hf_gpt2_ops",
+    "cublas_before_11",
     "grad_reduce_bf16",
     "spmd_grad_reduce",
     "scan_unpipelined",
@@ -112,6 +114,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
         "layout_copies",
         "head_copies",
         "hf_gpt2_ops",
+        "cublas_before_11",
         "fsdp2_expert_mesh_of_one",
         "grad_reduce_bf16",
         "expandable_segments",
@@ -157,6 +160,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
         ("layer_host_ops", 10_000, "host operations per layer"),
         ("p2p_host_ops", 10_000, "host operations per micro-batch"),
         ("loss_bytes_per_logit", 256, "bytes per logit"),
+        ("optimizer_step_bytes", 1024, "bytes per parameter"),
     ):
         if field in data:
             value = data[field]

@@ -132,6 +132,8 @@ EXECUTION_FIELDS = (
     _f("partition_activations", "bool"),  # None: the framework's (off: DeepSpeed's whole checkpoints)
     _f("zero1_grad_all_reduce", "bool"),  # None: the framework's (off: ZeRO-1 reduce-scatters in buckets)
     _f("hf_gpt2_ops", "bool"),  # None: the framework's (off: `Plan.hf_gpt2_ops`, transformers 4.12 GPT-2)
+    _f("cublas_before_11", "bool"),  # None: the framework's (off: `Plan.cublas_before_11`, CUDA 10.x cuBLAS)
+    _f("optimizer_step_bytes", "float"),  # None: the framework's (0: a fused step, `Plan.optimizer_step_bytes`)
     _f("zero3_buckets", "str"),  # None: the framework's (`Plan.zero3_buckets`; "prefetch=1e7,reduce=1e7", "none")
     # None: the framework's (`Plan.fsdp2_grad_sync`; FSDP2 stacks alone: `requests.plan_build`)
     _f("fsdp2_grad_sync", "str", None, "every-micro-batch", "last-micro-batch"),

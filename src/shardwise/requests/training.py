@@ -110,6 +110,8 @@ class TrainingRequest:
     partition_activations: bool | None = default("partition_activations")
     zero1_grad_all_reduce: bool | None = default("zero1_grad_all_reduce")
     hf_gpt2_ops: bool | None = default("hf_gpt2_ops")
+    cublas_before_11: bool | None = default("cublas_before_11")
+    optimizer_step_bytes: float | None = default("optimizer_step_bytes")
     loss_kernel: str | None = default("loss_kernel")
     optimizer_state: str | None = default("optimizer_state")
     zero3_buckets: str | None = default("zero3_buckets")

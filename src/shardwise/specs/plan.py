@@ -211,6 +211,8 @@ class Plan(PlanLayout):
     units of `host_kernel_s` (a stack's count from its code, `physics.stack`; 0: the kernels
     `physics.stack.layer_kernels` counts); `loss_bytes_per_logit`: bytes the loss moves per logit,
     forward and backward, besides the output GEMM (0: the fused vocab-parallel loss's, e + 12);
+    `optimizer_step_bytes`: bytes per local parameter the stack's optimizer step moves (0: Megatron's
+    fused step, `engines.training_layout.OPTIMIZER_TRAFFIC_BYTES_PER_PARAM`; `physics.hf_gpt2`);
     `serving_layer_kernels`: the kernels a serving engine launches for one dense layer's forward
     (0: the fused stack's count), `fused_residual_norms` how many of its two residual adds it fuses
     with the next norm (`engines.engine_kernels`, set from the engine by `engines.serving`), and
@@ -226,7 +228,9 @@ class Plan(PlanLayout):
     and v each copied head-major, their gradients copied back, SDPA's output once more (Modalities);
     `hf_gpt2_ops`: the model is Hugging Face Transformers v4.12's eager GPT-2 (modeling_gpt2.py): five
     element-wise passes over materialised scores, gelu_new as eight ATen ops, addmm's bias copies and
-    unfused residual dropouts (`physics.hf_gpt2`);
+    unfused residual dropouts (`physics.hf_gpt2`); `cublas_before_11`: the stack's cuBLAS predates
+    11.0 (CUDA 10.x), whose 16-bit GEMMs with a dimension not a multiple of 8 run on the CUDA cores
+    (`physics.gemm_align`: GPT-2's 50,257-wide LM head);
     `grad_reduce_bf16`: the gradient buffer and its data-parallel reduction in the 16-bit parameter
     dtype, not fp32 (Megatron-LM `--grad-reduce-in-bf16`; Megatron-Core's grad_reduce_in_fp32=False,
     which NVIDIA's performance recipes set: `physics.memory.grad_bytes_per_param`);
@@ -332,6 +336,7 @@ class Plan(PlanLayout):
     p2p_serial: bool | np.ndarray = False
     layer_host_ops: Number = 0.0
     loss_bytes_per_logit: Number = 0.0
+    optimizer_step_bytes: Number = 0.0
     serving_layer_kernels: Number = 0
     fused_residual_norms: Number = 0
     norm_fusion_max_bytes: Number = 0.0
@@ -341,6 +346,7 @@ class Plan(PlanLayout):
     layout_copies: bool | np.ndarray = False
     head_copies: bool | np.ndarray = False
     hf_gpt2_ops: bool | np.ndarray = False
+    cublas_before_11: bool | np.ndarray = False
     grad_reduce_bf16: bool | np.ndarray = False
     spmd_grad_reduce: bool | np.ndarray = False
     scan_unpipelined: bool | np.ndarray = False

@@ -196,6 +196,8 @@ def check_fields(plan: Any) -> None:
         "loss_bytes_per_logit",
         chk.within("plan: loss_bytes_per_logit", plan.loss_bytes_per_logit, 0.0, 256.0, "bytes"),
     )
+    step = chk.within("plan: optimizer_step_bytes", plan.optimizer_step_bytes, 0.0, 1024.0, "bytes")
+    object.__setattr__(plan, "optimizer_step_bytes", step)
     for name, top, unit in (("serving_layer_kernels", 1_000.0, "kernels"), ("fused_residual_norms", 2.0, "adds")):
         chk.within(f"plan: {name}", getattr(plan, name), 0.0, top, unit)
         object.__setattr__(plan, name, chk.non_negative_int(f"plan: {name}", getattr(plan, name)))

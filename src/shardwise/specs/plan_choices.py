@@ -105,6 +105,7 @@ BOOLEAN_FIELDS = (
     "layout_copies",
     "head_copies",
     "hf_gpt2_ops",
+    "cublas_before_11",
     "grad_reduce_bf16",
     "spmd_grad_reduce",
     "scan_unpipelined",
