@@ -53,7 +53,9 @@ class KvPool:
 
     @property
     def blocks(self) -> int:
-        """vLLM's num_gpu_blocks: whole blocks of every layer in the free memory."""
+        """vLLM's num_gpu_blocks: whole blocks of every layer in the free memory (with sliding-window
+        layers, those of a full-attention model of the same bytes: vLLM then pools its layer groups'
+        blocks, `get_kv_cache_config_from_groups`, and `fits` reads bytes as its check does)."""
         page = self.block * self.bytes_per_token
         return max(int(self.free_bytes // page), 0) if page > 0 else 0
 
