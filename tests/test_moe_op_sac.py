@@ -115,10 +115,10 @@ def test_saved_all_to_alls_add_their_tokens_to_every_layer_in_flight():
 
 def test_the_rebuilt_routed_experts_hold_torchtitans_eager_inventory():
     """x_RD (h), w1's and w3's outputs, silu's output, their product (4 f) per received copy, and
-    the combine's fp32 copy of each returned one."""
+    the combine's score multiply's copy of each returned one (fp32 eager: 4 bytes)."""
     m = presets.model("qwen3-30b-a3b")
     t, k, h, f = 4096.0, m.experts_per_token, m.hidden, m.expert_ffn_hidden
-    assert rebuilt_routed_bytes(m, t, 1.25, 2.0) == pytest.approx(t * k * (1.25 * 2 * (h + 4 * f) + 4 * h))
+    assert rebuilt_routed_bytes(m, t, 1.25, 2.0, 4.0) == pytest.approx(t * k * (1.25 * 2 * (h + 4 * f) + 4 * h))
 
 
 def test_hardware_flops_count_the_routed_forward_again():

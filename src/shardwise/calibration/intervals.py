@@ -127,7 +127,7 @@ def uncalibrated_log_sd_of(cases: list[Case]) -> np.ndarray:
         [
             SERVING_LOG_SD
             if isinstance(c, serving)
-            else uncalibrated_log_sd(_gpu_of(c), _scenario(c).plan.framework, _family(c))
+            else uncalibrated_log_sd(_scenario(c).cluster.gpu, _scenario(c).plan.framework, _family(c))
             for c in cases
         ],
         dtype=float,
@@ -139,7 +139,7 @@ def _basis(training: list[Case]) -> str:
     (or the stacks' spread when it has none, or its model family's) and its GPU's fitted efficiency."""
     stacks = {_scenario(c).plan.framework for c in training}
     families = {_family(c) for c in training}
-    gpus = {_scenario(c).cluster.gpu.name for c in training}
+    gpus = {str(g.name): g for g in (_scenario(c).cluster.gpu for c in training)}  # a file's: its like:'s fit
     mixed = len(stacks) > 1 or len(families) > 1
     by_family = not mixed and family_widens(next(iter(stacks)), next(iter(families)))
     if mixed:
@@ -150,7 +150,7 @@ def _basis(training: list[Case]) -> str:
     else:
         what = family_basis(next(iter(families))) if by_family else stack_basis(next(iter(stacks)))
     gpu = (
-        gpu_basis(next(iter(gpus)), held_out=not by_family)
+        gpu_basis(next(iter(gpus.values())), held_out=not by_family)
         if len(gpus) == 1
         else "plus the uncertainty of each GPU's efficiency where it was not refitted in those"
     )

@@ -209,17 +209,58 @@ def stack_basis(framework: str) -> str:
     return f"how far the model missed {runs} published {framework} runs ({sources} sources) with each source held out"
 
 
-def gpu_basis(gpu_name: str, held_out: bool = True) -> str:
+# The fields (YAML names) a GPU file may change from its `like:` built-in and stay that GPU's sibling,
+# the same silicon in another memory system or under another power limit, as FITTED_FROM's are
+# (h200-sxm-141gb and h100-sxm5-64gb differ from the h100-sxm5-80gb in memory bandwidth, a800-sxm4-80gb
+# from the a100-sxm4-80gb in its power limit): one more source's offset, GPU_SOURCE_LOG_SD. A changed
+# peak, efficiency, SM count or kernel (h100-pcie-80gb's peak and SMs: ASSUMED_FROM) is a GPU the fit
+# never measured: UNFITTED_LOG_SD.
+SIBLING_FIELDS = ("memory_bandwidth", "tdp")
+
+
+def gpu_term(gpu: object, support: dict | None = None) -> tuple[str, str]:
+    """(how the interval takes `gpu`'s sustained efficiency: "fitted", "sibling" or "unfitted"; the
+    GPU whose fit that is) for `gpu`, a built-in's name or a `Gpu`, whose `fit_name` and `fit_changed`
+    (a GPU file's `like:`, `presets.like_files.gpu_fit`) name the built-in it carries and what it changed;
+    `support`: the fitted GPUs (GPU_FIT's keys)."""
+    fitted = GPU_FIT if support is None else support
+    name = gpu if isinstance(gpu, str) else str(getattr(gpu, "name", ""))
+    key = name if isinstance(gpu, str) else str(getattr(gpu, "fit_name", "") or name)
+    changed = [] if isinstance(gpu, str) else [c for c in str(getattr(gpu, "fit_changed", "")).split(", ") if c]
+    if key in fitted:
+        kind, root = "fitted", key
+    elif FITTED_FROM.get(key, "") in fitted:
+        kind, root = "sibling", FITTED_FROM[key]
+    else:
+        return "unfitted", key
+    if changed:
+        kind = "sibling" if all(c in SIBLING_FIELDS for c in changed) else "unfitted"
+    return kind, root
+
+
+def gpu_basis(gpu: object, held_out: bool = True) -> str:
     """What the GPU's term of an uncalibrated interval rests on, in words: a fitted GPU's
     uncertainty is inside the misses, held-out ones (each refitted it) or, for a model family's
-    (`held_out` False), misses of runs the fit never used; the others' is added."""
-    if gpu_name in GPU_FIT:
+    (`held_out` False), misses of runs the fit never used; the others' is added. `gpu`: a built-in's
+    name or a `Gpu`; a GPU file's `like:` says which built-in's fit it carries and what it changed."""
+    name = gpu if isinstance(gpu, str) else str(getattr(gpu, "name", ""))
+    kind, root = gpu_term(gpu)
+    like = "" if isinstance(gpu, str) else str(getattr(gpu, "fit_name", ""))
+    changed = "" if isinstance(gpu, str) else str(getattr(gpu, "fit_changed", ""))
+    said = f"like {like}, " + (f"{changed} changed" if changed else "no field its fit measured changed")
+    if kind == "fitted":
         how = "refitted without each source" if held_out else "runs the fit did not use"
-        return f"the uncertainty of the {gpu_name}'s fitted efficiency included ({how})"
-    parent = FITTED_FROM.get(gpu_name, "")
-    if parent in GPU_FIT:
-        return f"plus the uncertainty of the {gpu_name}'s efficiency, taken from the {parent}'s fit"
-    return f"plus the uncertainty of the {gpu_name}'s efficiency, fitted on no published run"
+        text = f"the uncertainty of the {root}'s fitted efficiency included ({how})"
+        return text + (f", which the {name} carries ({said})" if like else "")
+    if kind == "sibling":
+        text = f"plus the uncertainty of the {name}'s efficiency, taken from the {root}'s fit"
+        return text + (f" ({said}: the same silicon in another system)" if like else "")
+    text = f"plus the uncertainty of the {name}'s efficiency, fitted on no published run"
+    if not like:
+        return text
+    if gpu_term(like)[0] == "unfitted":
+        return f"{text} (like {like}, which no published run fitted either)"
+    return f"{text} ({said}: the {like}'s fit did not measure that)"
 
 
 def family_widens(framework: str, family: str) -> bool:
@@ -229,37 +270,36 @@ def family_widens(framework: str, family: str) -> bool:
     return family in FAMILY_LOG_SD and FAMILY_LOG_SD[family][0] > stack
 
 
-def uncalibrated_log_sd(gpu_name: str, framework: str = "megatron-core", family: str = "") -> float:
-    """The uncalibrated 80% interval's log-space spread for a training step on `gpu_name` run by
-    `framework`: its stack's leave-one-source-out spread (STACK_LOG_SD; NO_DATA_LOG_SD without
-    published runs), or its model family's where that is wider (FAMILY_LOG_SD; "" for none),
-    widened by the uncertainty of that GPU's sustained efficiency (above)."""
+def uncalibrated_log_sd(gpu: object, framework: str = "megatron-core", family: str = "") -> float:
+    """The uncalibrated 80% interval's log-space spread for a training step on `gpu` (a built-in's
+    name or a `Gpu`, `gpu_term`) run by `framework`: its stack's leave-one-source-out spread
+    (STACK_LOG_SD; NO_DATA_LOG_SD without published runs), or its model family's where that is wider
+    (FAMILY_LOG_SD; "" for none), widened by the uncertainty of that GPU's sustained efficiency (above)."""
     known = FAMILY_LOG_SD if family_widens(framework, family) else STACK_LOG_SD
     stack = known.get(family if known is FAMILY_LOG_SD else spread_stack(framework), (NO_DATA_LOG_SD, 0, 0))[0]
-    return gpu_widened_log_sd(stack, gpu_name)
+    return gpu_widened_log_sd(stack, gpu)
 
 
 def gpu_fit_var(
-    support: dict[str, tuple[int, int]], group_sd: float, source_sd: float, unfitted_sd: float, gpu: str
+    support: dict[str, tuple[int, int]], group_sd: float, source_sd: float, unfitted_sd: float, gpu: object
 ) -> float:
     """The variance of ln(step) from `gpu`'s sustained efficiency (see GPU_FIT) that the stacks'
     leave-one-source-out spreads do not already hold: 0 for a GPU fitted on published runs (its
     fit's error is in every fold's errors); one source_sd^2 for a GPU that took a sibling's scale
-    (FITTED_FROM: its own system sits like one more source); unfitted_sd^2 for one fitted on nothing.
-    `group_sd` describes the fit's own error (`interval_model.GpuFit.fit_var`), not an addition."""
+    (FITTED_FROM: its own system sits like one more source); unfitted_sd^2 for one fitted on nothing
+    (`gpu_term`: a GPU file's `like:` takes its built-in's, or a sibling's or none where it changed
+    what that fit measured). `group_sd` describes the fit's own error (`interval_model.GpuFit.fit_var`),
+    not an addition."""
     del group_sd  # held by the leave-one-source-out errors
-    if gpu in support:
-        return 0.0
-    if FITTED_FROM.get(gpu, "") in support:
-        return source_sd**2
-    return unfitted_sd**2
+    kind, _ = gpu_term(gpu, support)
+    return {"fitted": 0.0, "sibling": source_sd**2}.get(kind, unfitted_sd**2)
 
 
-def gpu_widened_log_sd(log_sd: float, gpu_name: str) -> float:
-    """A stack's (or model family's) spread as `uncalibrated_log_sd` widens it for `gpu_name`: the
-    uncertainty of that GPU's sustained efficiency added in quadrature (`gpu_fit_var` at the shipped
-    GPU_FIT). `analyses.loso` checks the same interval on each left-out source, at its fold's fit."""
+def gpu_widened_log_sd(log_sd: float, gpu: object) -> float:
+    """A stack's (or model family's) spread as `uncalibrated_log_sd` widens it for `gpu` (a name or a
+    `Gpu`): the uncertainty of that GPU's sustained efficiency added in quadrature (`gpu_fit_var` at the
+    shipped GPU_FIT). `analyses.loso` checks the same interval on each left-out source, at its fold's fit."""
     from math import sqrt
 
-    var = gpu_fit_var(GPU_FIT, GPU_GROUP_LOG_SD, GPU_SOURCE_LOG_SD, UNFITTED_LOG_SD, gpu_name)
+    var = gpu_fit_var(GPU_FIT, GPU_GROUP_LOG_SD, GPU_SOURCE_LOG_SD, UNFITTED_LOG_SD, gpu)
     return sqrt(log_sd**2 + var)

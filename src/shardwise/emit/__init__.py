@@ -12,9 +12,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from shardwise.emit.launch import EmitError, Launch
 from shardwise.specs import Scenario
+
+if TYPE_CHECKING:
+    from shardwise.emit.vllm_kv import KvPool
 
 TRAINING_TARGETS = ("megatron", "torchtitan", "deepspeed")
 # the framework presets each training target's launch runs, the first where a plan states none
@@ -92,10 +96,11 @@ def vllm_launch(
     max_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
     asked: int | None = None,
-    kv_tokens: int | None = None,
+    kv_pool: KvPool | None = None,
 ) -> Launch:
-    """`vllm serve` for one replica of a serving plan (see `emit.vllm`)."""
+    """`vllm serve` for one replica of a serving plan (see `emit.vllm`); `kv_pool`: its KV cache in
+    vLLM's blocks (`emit.vllm_kv.kv_pool`)."""
     from shardwise.emit import vllm
 
     version = _version("vllm", version)
-    return vllm.launch(scn, workload, model_id, version, max_batched_tokens, max_num_seqs, asked, kv_tokens)
+    return vllm.launch(scn, workload, model_id, version, max_batched_tokens, max_num_seqs, asked, kv_pool)

@@ -23,6 +23,7 @@ from typing import Any
 
 from shardwise.emit.facts import i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, Node, Var, flag_groups
+from shardwise.emit.vllm_kv import KvPool
 from shardwise.specs import Scenario
 
 VERSIONS = ("0.34",)
@@ -81,26 +82,35 @@ def data_parallel_nodes(tp: int, dp: int, gpus_per_node: int) -> tuple[Node, ...
     return tuple(nodes)
 
 
-def max_model_len(m: Any, priced_len: int, kv_tokens: int | None) -> tuple[int, str]:
+def max_model_len(m: Any, priced_len: int, pool: KvPool | None, max_batched_tokens: int) -> tuple[int, str]:
     """--max-model-len and the note that says what it is: the model's serving context
     (`Model.serving_context`: config.json max_position_embeddings, which vLLM takes when the flag is
     left out: config/model.py `_get_and_verify_max_len`) where one replica's KV cache holds a request
-    that long (vLLM refuses to start otherwise) and the priced request is no longer; else the priced
-    request's prompt + output, and the server refuses longer requests. The length prices nothing:
-    vLLM sizes its KV pool by memory (gpu_memory_utilization) and profiles with
-    --max-num-batched-tokens, whatever --max-model-len is."""
+    that long as vLLM counts it, in whole blocks (`emit.vllm_kv`: vLLM refuses to start otherwise),
+    and the priced request is no longer; else the priced request's prompt + output, and the server
+    refuses longer requests. A priced request that its blocks do not hold is refused here, as vLLM
+    would refuse to start. The length prices nothing: vLLM sizes its KV pool by memory
+    (gpu_memory_utilization) and profiles with --max-num-batched-tokens, whatever --max-model-len is."""
     context = m.serving_context
-    if priced_len <= context and kv_tokens is not None and context <= kv_tokens:
+    if pool is not None and not pool.fits(priced_len, max_batched_tokens):
+        raise EmitError(
+            f"--emit vllm: vLLM would not start: a request of the priced {priced_len:,} tokens needs "
+            f"{-(-priced_len // pool.block)} KV blocks of {pool.block} tokens in every layer, more than the "
+            f"{pool.blocks:,} a replica's KV cache holds as priced; price shorter requests or a larger plan"
+        )
+    held = (
+        "" if pool is None else f"{pool.blocks:,} blocks of {pool.block} tokens ({pool.blocks * pool.block:,} tokens)"
+    )
+    if priced_len <= context and pool is not None and pool.fits(context, max_batched_tokens):
         default = ", vLLM's default" if int(m.max_position_embeddings) == context else ""
         return context, (
-            f"--max-model-len {context}: {m.name}'s {m.context_words}{default}; the KV cache holds "
-            f"{kv_tokens:,} tokens per replica as priced (priced with {priced_len:,}-token requests)"
+            f"--max-model-len {context}: {m.name}'s {m.context_words}{default}; the KV cache holds {held} per "
+            f"replica as priced (priced with {priced_len:,}-token requests)"
         )
     if priced_len > context:
         why = f"longer than {m.name}'s {m.context_words}: vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
     else:
-        held = f"{kv_tokens:,} tokens per replica" if kv_tokens is not None else "fewer tokens"
-        why = f"{m.name}'s {m.context_words} does not fit the KV cache ({held} as priced)"
+        why = f"{m.name}'s {m.context_words} does not fit the KV cache ({held or 'fewer tokens'} per replica as priced)"
     return (
         priced_len,
         f"--max-model-len {priced_len}: the priced request's prompt + output; {why}; longer requests are refused",
@@ -115,15 +125,15 @@ def launch(
     max_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
     asked: int | None = None,
-    kv_tokens: int | None = None,
+    kv_pool: KvPool | None = None,
 ) -> Launch:
     """The server of one replica for the priced serving estimate's scenario and workload. Under
     in-flight batching `max_batched_tokens` is the chunk budget it was priced with and
     `max_num_seqs` the sequences one replica ran at once (`engines.inflight`); without them the
     plan is a static batch: its prompts prefilled at once, every sequence at once. `asked`: the
     requests in flight the estimate was asked for (--concurrency), where they size --max-num-seqs.
-    `kv_tokens`: the tokens one replica's KV cache holds as priced; --max-model-len is the model's
-    context where they hold it (`max_model_len`)."""
+    `kv_pool`: one replica's KV cache as priced, in vLLM's blocks (`emit.vllm_kv`); --max-model-len is
+    the model's context where they hold it (`max_model_len`)."""
     m, p, wl = scn.model, scn.plan, workload
     if not model_id:
         raise EmitError(
@@ -172,7 +182,7 @@ def launch(
     budget = max_batched_tokens
     if budget is None:  # static batching prices each batch's prompts prefilled at once
         budget = max(per_replica * i(wl.input_len), priced_len)
-    max_len, length_note = max_model_len(m, priced_len, kv_tokens)
+    max_len, length_note = max_model_len(m, priced_len, kv_pool, int(budget))
     notes = []
     if wl.weight_precision in PREQUANTISED:
         notes.append(f"weights {wl.weight_precision}: {PREQUANTISED[wl.weight_precision]}")

@@ -14,11 +14,12 @@ from shardwise.arrays import as_array, as_bool, as_float, choose, ifelse, maximu
 from shardwise.engines.costs import FIELDS, StageCost
 from shardwise.engines.data_parallel import StagePrices, collective_prices, stage_collective_prices, zero_collectives
 from shardwise.engines.dp_comm import DpComm, contention_share, exposed_by_runs, zero_stage_fields, zero_stage_runs
-from shardwise.engines.dp_windows import backward_window_s, forward_window_s
+from shardwise.engines.dp_windows import backward_window_s, forward_window_s, spare_wait_s
 from shardwise.engines.tp_overlap import collective_sms
 from shardwise.physics import memory as mem
 from shardwise.physics import xla_scan
 from shardwise.physics.collectives import Fabric
+from shardwise.physics.host_passes import drained_passes
 from shardwise.physics.microbatch import fsdp2_kept_gathered, plan_deferred_sync
 from shardwise.specs import Model, Plan, Scenario
 from shardwise.specs._checks import Number
@@ -61,15 +62,18 @@ def dp_comm(
     if prices is None:
         names = zero_collectives(z)
         prices = collective_prices(scn, fabric, place, n_params, names, experts, n_weights, units, layers)
-    contention, wait = contention_share(scn.cluster.gpu.sm_count, collective_sms(scn.cluster.gpu)), m * cost.host_wait_s
+    drained = drained_passes(plan)  # each pass ends in a device sync: its windows are its own (`dp_windows`)
+    gpu = scn.cluster.gpu
+    contention, wait = contention_share(gpu.sm_count, collective_sms(gpu)), spare_wait_s(cost, m, drained)
     rm = m if reduce_m is None else reduce_m  # the reductions' own count (`reduce_micro_batches`)
     m = m if comm_m is None else comm_m  # the collectives' own count (`comm_micro_batches`)
     if one_value(z):  # one ZeRO stage: only its own collectives are priced
         k = int(z)
-        fields = _zero_stage_fields(k, prices, cost, m, plan.overlap_param_gather, plan.zero1_grad_all_reduce, rm)
+        gather, whole = plan.overlap_param_gather, plan.zero1_grad_all_reduce
+        fields = _zero_stage_fields(k, prices, cost, m, gather, whole, rm, drained)
         return DpComm(*fields, shared_window=k == 3, per_chunk=k <= 1, contention=contention, host_wait_s=wait)
     gather, whole = plan.overlap_param_gather, plan.zero1_grad_all_reduce
-    every = zip(*(_zero_stage_fields(k, prices, cost, m, gather, whole, rm) for k in range(4)), strict=True)
+    every = zip(*(_zero_stage_fields(k, prices, cost, m, gather, whole, rm, drained) for k in range(4)), strict=True)
     chosen = [choose(z, list(v)) for v in every]  # z in 0..3 (the plan's rule): each field its stage's
     return DpComm(*chosen, shared_window=z == 3, per_chunk=z <= 1, contention=contention, host_wait_s=wait)
 
@@ -82,15 +86,16 @@ def _zero_stage_fields(
     overlap_param_gather: Number,
     grad_all_reduce: Number = False,
     reduce_m: Number | None = None,
+    drained: Number = False,
 ) -> tuple[Number, ...]:
-    """DpComm's fields for ZeRO stage k (see `dp_comm`)."""
+    """DpComm's fields for ZeRO stage k (see `dp_comm`); `drained`: where passes drain (`dp_windows`)."""
     # ZeRO-3's reductions hide behind the whole backward pass (its expert all-to-alls and offload
     # copies included), so that the forward passes' gathers keep exactly the forward pass
     # (`DpComm.zero3_phases`: the gathers' window, m total, less this one)
     backward = backward_window_s(cost, k == 3)
     if k == 0:
         return zero_stage_fields(0, prices, backward, 0.0, 0.0, m, overlap_param_gather)
-    forward = forward_window_s(cost)
+    forward = forward_window_s(cost, drained)
     total = cost.total_s if k == 3 else 0.0
     return zero_stage_fields(k, prices, backward, forward, total, m, overlap_param_gather, grad_all_reduce, reduce_m)
 
@@ -151,6 +156,7 @@ def data_parallel_exposed_s(
     edges = scan_edges_s(scn, prices, params, expert_params, weights, m)
     mc, mr = comm_micro_batches(plan, m), reduce_micro_batches(plan, m)
     heads = chunk_head_shares(scn, params if weights is None else weights)
+    drained = drained_passes(plan)  # each pass ends in a device sync: its windows are its own (`dp_windows`)
     per_stage = zip((0.0, 1.0, p - 1), params, expert_params, stages, prices, heads, strict=True)
     for index, n_params, n_expert, cost, (dense, routed), head in per_stage:
         # stage i ends its last backward i chunks early; interleaved, Megatron-Core launches each
@@ -162,7 +168,7 @@ def data_parallel_exposed_s(
         rounds = ifelse(v > 1, p, 1.0)
         serial = dense.get("replica_all_reduce", 0.0)  # XLA's replicas' all-reduce, never hidden
         if runs is not None:
-            forward = forward_window_s(cost)
+            forward = forward_window_s(cost, drained)
             total = cost.total_s if any(k == 3 for k, _, _ in runs) else 0.0
             values = (
                 backward,
@@ -176,7 +182,7 @@ def data_parallel_exposed_s(
                 rounds,
                 plan.zero1_grad_all_reduce,
                 backward_window_s(cost, True),  # ZeRO-3's reductions' window (`_zero_stage_fields`)
-                m * cost.host_wait_s,
+                spare_wait_s(cost, m, drained),
                 head,
                 plan.aligned_chunk_sync,
                 mr,

@@ -27,7 +27,7 @@ Everything else reruns. Per MoE layer (torchtitan/models/common/moe.py, token_di
   recomputed: `engines.recompute_costs.op_sac_s`, `physics.memory_activations.op_sac_layer_bytes`).
 
 The recompute rebuilds the layer's whole autograd inventory before its backward: for the routed
-experts as torchtitan's eager autograd saves it (`rebuilt_routed_bytes`), the transient a layer's
+experts as torchtitan's autograd saves it (`rebuilt_routed_bytes`), the transient a layer's
 backward pass holds (`engines.training_memory`).
 """
 
@@ -39,10 +39,6 @@ from shardwise.arrays import as_bool
 from shardwise.physics import memory as mem
 from shardwise.specs import Model, Plan, Recompute
 from shardwise.specs._checks import Number
-
-# bytes of the fp32 copy torchtitan's combine multiplies each returned expert output in (token_dispatcher.py
-# `combine`: routed_output.to(torch.float32) * scores, the product's saved input)
-COMBINE_FP32_BYTES = 4.0
 
 
 def op_sac_on(plan: Plan) -> np.ndarray:
@@ -70,16 +66,19 @@ def op_sac_expert_masks(plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return on, on & ~exchange_saved(plan), on & compiled_saved
 
 
-def rebuilt_routed_bytes(model: Model, tokens: Number, imbalance: Number, bytes_per_element: float) -> Number:
-    """What torchtitan's eager autograd saves of the routed experts of one layer (busiest rank, c =
-    tokens x k x imbalance received copies): the grouped GEMMs' input (h), w1's and w3's outputs,
-    the activation's output and the product w2 reads (2 x gate f: silu saves its input, the product
-    both factors), and the combine's fp32 copy of the tokens x k returned outputs
-    (COMBINE_FP32_BYTES h); indices and scores are left out."""
+def rebuilt_routed_bytes(
+    model: Model, tokens: Number, imbalance: Number, bytes_per_element: float, score_copy_bytes: float
+) -> Number:
+    """What torchtitan's autograd saves of the routed experts of one layer (busiest rank, c = tokens
+    x k x imbalance received copies): the grouped GEMMs' input (h), w1's and w3's outputs, the
+    activation's output and the product w2 reads (2 x gate f: silu saves its input, the product both
+    factors), and the combine's score multiply's copy of the tokens x k returned outputs
+    (`score_copy_bytes` per hidden element: `physics.memory_activations.MOE_SCORE_COPY_BYTES`, the
+    fp32 cast eager, the 16-bit output compiled); indices and scores are left out."""
     e, h, f = bytes_per_element, model.hidden, model.expert_ffn_hidden
     gate = 2 if model.gated_mlp else 1
     k = model.experts_per_token
-    return tokens * k * (imbalance * e * (h + 2 * gate * f) + COMBINE_FP32_BYTES * h)
+    return tokens * k * (imbalance * e * (h + 2 * gate * f) + score_copy_bytes * h)
 
 
 def op_sac_routed_memory(
@@ -91,5 +90,6 @@ def op_sac_routed_memory(
     on = op_sac_on(plan)
     e = plan.bytes_per_element
     kept = mem.op_sac_routed_bytes(model, tokens, load, e, plan.ep, exchange_saved(plan))
-    working = unsaved - attention + rebuilt_routed_bytes(model, tokens, load, e) - kept
+    score = mem.moe_score_copy_bytes(plan.memory_stack_key, model.architecture)
+    working = unsaved - attention + rebuilt_routed_bytes(model, tokens, load, e, score) - kept
     return np.where(on, kept, routed), np.where(on, working, 0.0)

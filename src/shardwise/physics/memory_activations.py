@@ -297,7 +297,9 @@ def routed_expert_activation_bytes(
     clamp = e * gate * f if model.glu_clamp else 0.0
     act_on = (np.asarray(recompute) == Recompute.SELECTIVE) & ("moe_act" in recompute_modules)
     act = np.where(act_on, 0.0, c * f + clamp)
-    kept = copies * (c * h * etp + e * gate * f + act + score_copy_bytes * h) + 4.0 * tokens * model.experts
+    # the score multiply's copy: on the rank's own tokens x k copies, not the received ones (`MOE_SCORE_COPY_BYTES`)
+    score = tokens * model.experts_per_token * score_copy_bytes * h
+    kept = copies * (c * h * etp + e * gate * f + act) + score + 4.0 * tokens * model.experts
     # selective "moe" checkpoints the whole MoE layer on its input (megatron/core/transformer/moe/
     # moe_layer.py: `moe_layer_recompute`, tensor_parallel.checkpoint / te_checkpoint of the router,
     # dispatch, experts and combine): the routed experts keep nothing
@@ -305,13 +307,18 @@ def routed_expert_activation_bytes(
     return np.where((np.asarray(recompute) == Recompute.FULL) | whole, 0.0, kept)
 
 
-# torchtitan's MoE (torchtitan/models/moe/moe.py `MoE.forward` at bb308da6b, 2025-11) multiplies each routed
-# copy by its router score in fp32, `(t.to(torch.float32) * top_scores...).to(x.dtype)`: on the gathered
-# input where `score_before_experts` (MoEArgs' default, Llama 4's flavors) or on the experts' output where not
-# (every DeepSeek-V3 and Qwen3 MoE flavor: deepseek_v3/__init__.py, qwen3/__init__.py). Eager, the multiply
-# saves the fp32 cast of its tensor, 4 bytes per hidden element and copy, either way; compiled, Inductor saves
-# the 16-bit tensor and recasts it: the experts' output (2) where the scores come after them, nothing more
-# where they come before (the grouped GEMM keeps that input already). (stack, scores after the experts) -> bytes.
+# torchtitan multiplies each routed copy by its router score in fp32, `(t.to(torch.float32) * scores).to(dtype)`,
+# on the rank's own tokens x k copies, before the dispatch or after the combine all-to-all: at bb308da6b
+# (2025-11) in torchtitan/models/moe/moe.py `MoE.forward`, around `self.experts` (whose ExpertParallel hooks
+# run the all-to-alls), on the gathered input where `score_before_experts` (MoEArgs' default, Llama 4's
+# flavors) or on the experts' output where not (every DeepSeek-V3 and Qwen3 MoE flavor: deepseek_v3/__init__.py,
+# qwen3/__init__.py); at b5bcd76c (2026-08, the per-op checkpointing's, `engines.moe_op_sac`) in
+# torchtitan/models/common/token_dispatcher.py `combine`, after `_combine_token_exchange`, on the output
+# always (`score_before_experts` is gone). Eager, the multiply saves the fp32 cast of its tensor, 4 bytes per
+# hidden element and copy, either way; compiled, Inductor saves the 16-bit tensor and recasts it: the experts'
+# output (2) where the scores come after them, nothing more where they come before (the grouped GEMM keeps that
+# input already). The one price of that copy: kept by the layer (`routed_expert_activation_bytes`) or rebuilt
+# by the per-op recompute (`engines.moe_op_sac.rebuilt_routed_bytes`). (stack, scores after the experts) -> bytes.
 MOE_SCORE_COPY_BYTES = {("torchtitan", False): 4.0, ("torchtitan", True): 4.0, ("torchtitan-compile", True): 2.0}
 TORCHTITAN_SCORES_AFTER_EXPERTS = ("deepseek_v3", "kimi_k2", "qwen3_moe")
 

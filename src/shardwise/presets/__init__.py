@@ -179,8 +179,15 @@ def _in_file(name: str, build: Any, *args: Any) -> Any:
 
 
 def gpu(name: str) -> Gpu:
+    """A GPU preset or file; a file's `like:` built-in names the fit it carries (`like_files.gpu_fit`)."""
     key, data = _lookup("gpus", name)
-    return _in_file(name, loaders.gpu_from_dict, key, data)
+    like = data.get("like", "")
+    built = _in_file(name, loaders.gpu_from_dict, key, {k: v for k, v in data.items() if k != "like"})
+    if not like:
+        return built
+    from shardwise.presets.like_files import gpu_fit
+
+    return gpu_fit(built, gpu(like))
 
 
 def link(name: str) -> Link:

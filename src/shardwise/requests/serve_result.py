@@ -343,10 +343,11 @@ def _launch(est: Any, emit: str | None, model_id: str | None) -> dict[str, Any] 
             f"--emit vllm: the plan tp={int(est.scenario.plan.tp)} pp={int(est.scenario.plan.pp)} does not fit in "
             f"memory: a replica holds {int(est.max_batch)} of its {per_replica} sequences; not emitted"
         )
-    # the tokens a replica's KV cache holds: its requests of the priced length
-    kv_tokens = int(est.max_batch) * (int(est.workload.input_len) + int(est.workload.output_len))
+    from shardwise.emit.vllm_kv import kv_pool
+
+    pool = kv_pool(est)  # a replica's KV cache in vLLM's blocks: what --max-model-len must fit
     if getattr(est, "batching", "static") != "inflight":
-        return vllm_launch(est.scenario, est.workload, model_id, kv_tokens=kv_tokens).as_dict()
+        return vllm_launch(est.scenario, est.workload, model_id, kv_pool=pool).as_dict()
     # in-flight: the chunk budget it was priced with, and the sequences a replica ran at once
     # (`engines.inflight.InflightEstimate.running_per_replica`)
     return vllm_launch(
@@ -356,5 +357,5 @@ def _launch(est: Any, emit: str | None, model_id: str | None) -> dict[str, Any] 
         max_batched_tokens=int(est.max_batched_tokens),
         max_num_seqs=est.running_per_replica,
         asked=est.users,
-        kv_tokens=kv_tokens,
+        kv_pool=pool,
     ).as_dict()

@@ -102,7 +102,7 @@ class Experiment:
         if self.workload != "train":
             return SERVING_LOG_SD
         framework = self.plan_defaults.get("framework") or "megatron-core"
-        return uncalibrated_log_sd(self.gpu.name, framework, model_family(self.model))
+        return uncalibrated_log_sd(self.gpu, framework, model_family(self.model))  # a GPU file: its like:'s fit
 
     @property
     def floor_log_sd(self) -> float:

@@ -127,6 +127,11 @@ class Gpu:
     # with no split-K reduction kernel (llama.cpp's mmvq / mul_mat_vec; set by `engines.serving`; 0: none)
     matvec_max_rows: int = 0
     vendor: str = "nvidia"  # `VENDORS`: NVIDIA (CUDA) or AMD (ROCm), which serving engines run on it
+    # the built-in whose fitted sustained efficiency a GPU file's `like:` carries ("": its own name), and
+    # the file's fields (YAML names, ", "-joined) that change what that fit measured: the 80% interval's
+    # GPU term is looked up under them (`presets.like_files.gpu_fit`, `calibration.spreads.gpu_term`)
+    fit_name: str = ""
+    fit_changed: str = ""
 
     def __post_init__(self) -> None:
         chk.text("gpu: name", self.name)
@@ -166,6 +171,8 @@ class Gpu:
         chk.within(f"{p}: l2_bytes", self.l2_bytes, 0.0, 1e11, "bytes (0: not given)")
         chk.within(f"{p}: l2_bandwidth_bytes_per_s", self.l2_bandwidth_bytes_per_s, 0.0, 1e15, "B/s (0: not given)")
         chk.non_negative_int(f"{p}: matvec_max_rows", self.matvec_max_rows)
+        chk.text(f"{p}: fit_name", self.fit_name)
+        chk.text(f"{p}: fit_changed", self.fit_changed)
 
     @property
     def sixteen_bit(self) -> str:
