@@ -30,6 +30,7 @@ OTHER_TABLES = [
         "maxtext_gpu_recipes.csv",
         "deepspeed_h200_b200.csv",
         "lightning_zero.csv",
+        "torchtitan_aws_samples.csv",
     )
 ]
 MEGATRON_ROWS = 901
@@ -59,7 +60,7 @@ def importer(monkeypatch):
 
 def test_ids_count_on_from_the_megatron_table_into_the_other_stacks(rows):
     assert [r["id"] for r in rows] == [f"PUB-{i:04d}" for i in range(1, len(rows) + 1)]
-    assert len(rows) == MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8 + 8 + 4 + 14 + 5
+    assert len(rows) == MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8 + 8 + 4 + 14 + 5 + 2
     assert rows[MEGATRON_ROWS - 1]["framework"] == "megatron-core"
     assert "fms-fsdp" in rows[MEGATRON_ROWS]["source"]
 
@@ -469,7 +470,7 @@ def test_lightning_zero_rows(rows):
     the DDP baseline has no preset and the 12B shape no model preset."""
     from shardwise.analyses import public_runs, public_stacks
 
-    new = rows[MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8 + 8 + 4 + 14 :]
+    new = rows[MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8 + 8 + 4 + 14 :][:5]
     assert [(r["framework"], r["model"], r["num_gpus"], r["gbs"], r["measured"]) for r in new] == [
         ("pytorch", "gpt2-xl", "4", "24", "2.0408"), ("deepspeed", "gpt2-xl", "4", "160", "8.8009"),
         ("colossalai", "gpt2-xl", "4", "160", "8.2645"), ("deepspeed", "", "8", "8", "9.06"),
@@ -483,3 +484,23 @@ def test_lightning_zero_rows(rows):
         assert public_stacks.zero_stage(r, None) == 3
     assert public_runs.skip_reason(new[0]).startswith("framework 'pytorch'")
     assert all(public_runs.skip_reason(r) == "model or system not known to shardwise" for r in new[3:])
+
+
+def test_torchtitan_aws_samples_rows(rows):
+    """aws-samples/awsome-distributed-training's torchtitan test case
+    (tools/data/public_runs/torchtitan_aws_samples.csv): the default llama3_8b.toml on 4 p5.48xlarge, eager
+    bf16 (priced), and the 'optimized' run whose float8 keys torchtitan of 2025-03 ignores (precision left
+    ambiguous, not priced)."""
+    from shardwise.analyses import public_runs, public_stacks
+
+    new = rows[MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8 + 8 + 4 + 14 + 5 :]
+    assert [(r["framework"], r["system"], r["precision"], r["measured"]) for r in new] == [
+        ("torchtitan", "aws-p5", "bf16", "6785"),
+        ("torchtitan", "aws-p5", "", "7865"),
+    ]
+    assert all(
+        (r["model"], r["dp"], r["fsdp"], r["mbs"], r["seq_len"]) == ("llama3-8b", "32", "32", "1", "8192") for r in new
+    )
+    assert public_runs.skip_reason(new[0]) == ""
+    assert public_stacks.execution(new[0]) == ("torchtitan", {"selective_policy": "op"})  # eager: compile=off
+    assert public_runs.skip_reason(new[1]) == "precision not stated"
