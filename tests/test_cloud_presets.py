@@ -98,7 +98,7 @@ def test_a3_high_all_reduce_across_nodes_is_slower_than_dgx_h100_by_its_nics():
 def test_public_runs_on_a_named_cloud_instance_use_its_preset_and_no_others_do():
     """A row takes a cloud preset when (and only when) its source names the instance
     (tools/public_runs_stacks.py INSTANCES): MaxText's 'A3 (h100-80gb-8)', the DeepSpeed blog's
-    NDm A100 v4, the AWS blog's p5.48xlarge (torchtitan) and gpu-recipes' A3 Mega, A3 Ultra and A4
+    NDm A100 v4, the AWS blog's and aws-samples' p5.48xlarge (torchtitan) and gpu-recipes' A3 Mega, A3 Ultra and A4
     (MaxText); the rows' notes say so."""
     import csv
     from pathlib import Path
@@ -124,5 +124,5 @@ def test_public_runs_on_a_named_cloud_instance_use_its_preset_and_no_others_do()
         assert f"system {r['system']}:" in r["parse_notes"]
     assert sum(r["system"] == "gcp-a3-high" for r in rows) == 5
     assert sum(r["system"] == "azure-ndm-a100-v4" for r in rows) == 4
-    assert sum(r["system"] == "aws-p5" for r in rows) == 4
+    assert sum(r["system"] == "aws-p5" for r in rows) == 4 + 2  # the AWS blog's, aws-samples' torchtitan test case
     assert [sum(r["system"] == s for r in rows) for s in ("gcp-a3-mega", "gcp-a3-ultra", "gcp-a4")] == [1, 1, 2]

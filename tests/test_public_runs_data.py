@@ -28,6 +28,9 @@ OTHER_TABLES = [
         "torchtitan_blogs.csv",
         "deepspeed_autotuning.csv",
         "maxtext_gpu_recipes.csv",
+        "deepspeed_h200_b200.csv",
+        "lightning_zero.csv",
+        "torchtitan_aws_samples.csv",
     )
 ]
 MEGATRON_ROWS = 901
@@ -57,7 +60,7 @@ def importer(monkeypatch):
 
 def test_ids_count_on_from_the_megatron_table_into_the_other_stacks(rows):
     assert [r["id"] for r in rows] == [f"PUB-{i:04d}" for i in range(1, len(rows) + 1)]
-    assert len(rows) == MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8 + 8 + 4
+    assert len(rows) == MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8 + 8 + 4 + 14 + 5 + 2
     assert rows[MEGATRON_ROWS - 1]["framework"] == "megatron-core"
     assert "fms-fsdp" in rows[MEGATRON_ROWS]["source"]
 
@@ -419,7 +422,7 @@ def test_maxtext_gpu_recipe_rows(rows):
     config the README names at that commit."""
     from shardwise.analyses import public_runs, public_stacks
 
-    new = rows[MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8 + 8 :]
+    new = rows[MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8 + 8 :][:4]
     assert [(r["model"], r["system"], r["precision"], r["measured"]) for r in new] == [
         ("llama2-7b", "gcp-a3-mega", "bf16", "1.5"),
         ("llama3-70b", "gcp-a3-ultra", "bf16", "15.516"),
@@ -434,3 +437,70 @@ def test_maxtext_gpu_recipe_rows(rows):
         assert public_runs.skip_reason(r) == ""
         preset, plan = public_stacks.execution(r)
         assert preset == "maxtext" and plan["selective_policy"] == policy and plan["attention_kernel"] == "fused"
+
+
+def test_deepspeed_h200_b200_rows(rows):
+    """stas00/ml-engineering's GPU-upgrade benchmark (tools/data/public_runs/deepspeed_h200_b200.csv): HF
+    Llama-3.1-8B under DeepSpeed on 8 H200 and 8 B200, one 8,192-token sequence per GPU. The ZeRO-2 step of
+    its decomposition table is priced, its step time the scripts' own FLOP count over the printed TFLOPS;
+    the ZeRO-3 + CPU optimizer offload sweep is kept and skipped for the offload."""
+    from shardwise.analyses import public_runs
+
+    new = rows[MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8 + 8 + 4 :][:14]
+    assert all(r["framework"] == "deepspeed" and r["model"] == "llama3-8b" and r["dp"] == "8" for r in new)
+    zero2 = new[:2]
+    assert [(r["system"], r["measured"], r["fsdp"]) for r in zero2] == [
+        ("dgx-h200", "0.9146", "0"),
+        ("dgx-b200", "0.542", "0"),
+    ]
+    # 6 x 7,504,658,432 x 8192 + 6 x 8192^2 x 128 x 32 x 32 FLOPs at 461 and 778 TFLOP/s
+    flops = 6 * 7504658432 * 8192 + 6 * 8192**2 * 128 * 32 * 32
+    assert [round(flops / 1e12 / t, 4) for t in (461, 778)] == [float(r["measured"]) for r in zero2]
+    assert all("zero=2" in r["parse_notes"] and public_runs.skip_reason(r) == "" for r in zero2)
+    sweep = new[2:]
+    assert [int(r["seq_len"]) for r in sweep] == [8192, 32768, 65536, 131072, 196608, 262144] * 2
+    assert all("offload=optimizer" in r["parse_notes"] and r["recompute"] == "full" for r in sweep)
+    assert all(public_runs.skip_reason(r).startswith("optimizer offload") for r in sweep)
+
+
+def test_lightning_zero_rows(rows):
+    """hpcaitech/ColossalAI-Pytorch-lightning's GPT benchmark (tools/data/public_runs/lightning_zero.csv):
+    Hugging Face GPT-2 models under PyTorch Lightning on A100 40GB in fp16. DeepSpeed ZeRO-3 and Colossal-AI
+    Gemini (chunks sharded over the ranks: zero=3) at GPT-2 XL on 4 GPUs are priced with eager attention;
+    the DDP baseline has no preset and the 12B shape no model preset."""
+    from shardwise.analyses import public_runs, public_stacks
+
+    new = rows[MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8 + 8 + 4 + 14 :][:5]
+    assert [(r["framework"], r["model"], r["num_gpus"], r["gbs"], r["measured"]) for r in new] == [
+        ("pytorch", "gpt2-xl", "4", "24", "2.0408"), ("deepspeed", "gpt2-xl", "4", "160", "8.8009"),
+        ("colossalai", "gpt2-xl", "4", "160", "8.2645"), ("deepspeed", "", "8", "8", "9.06"),
+        ("colossalai", "", "8", "8", "7.07"),
+    ]  # fmt: skip
+    assert all(r["system"] == "dgx-a100-40gb" and r["precision"] == "fp16" and r["recompute"] == "full" for r in new)
+    for r in new[1:3]:
+        assert public_runs.skip_reason(r) == ""
+        preset, plan = public_stacks.execution(r)
+        assert preset == r["framework"] and plan["flash_attention"] is False
+        assert public_stacks.zero_stage(r, None) == 3
+    assert public_runs.skip_reason(new[0]).startswith("framework 'pytorch'")
+    assert all(public_runs.skip_reason(r) == "model or system not known to shardwise" for r in new[3:])
+
+
+def test_torchtitan_aws_samples_rows(rows):
+    """aws-samples/awsome-distributed-training's torchtitan test case
+    (tools/data/public_runs/torchtitan_aws_samples.csv): the default llama3_8b.toml on 4 p5.48xlarge, eager
+    bf16 (priced), and the 'optimized' run whose float8 keys torchtitan of 2025-03 ignores (precision left
+    ambiguous, not priced)."""
+    from shardwise.analyses import public_runs, public_stacks
+
+    new = rows[MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8 + 8 + 4 + 14 + 5 :]
+    assert [(r["framework"], r["system"], r["precision"], r["measured"]) for r in new] == [
+        ("torchtitan", "aws-p5", "bf16", "6785"),
+        ("torchtitan", "aws-p5", "", "7865"),
+    ]
+    assert all(
+        (r["model"], r["dp"], r["fsdp"], r["mbs"], r["seq_len"]) == ("llama3-8b", "32", "32", "1", "8192") for r in new
+    )
+    assert public_runs.skip_reason(new[0]) == ""
+    assert public_stacks.execution(new[0]) == ("torchtitan", {"selective_policy": "op"})  # eager: compile=off
+    assert public_runs.skip_reason(new[1]) == "precision not stated"

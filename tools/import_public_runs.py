@@ -6,7 +6,9 @@
         tools/data/public_runs/deepspeed_pipeline.csv tools/data/public_runs/fsdp_scaling.csv \
         tools/data/public_runs/nemo_launcher_scaling.csv tools/data/public_runs/flagperf_nvidia.csv \
         tools/data/public_runs/ms_swift.csv tools/data/public_runs/torchtitan_blogs.csv \
-        tools/data/public_runs/deepspeed_autotuning.csv
+        tools/data/public_runs/deepspeed_autotuning.csv tools/data/public_runs/maxtext_gpu_recipes.csv \
+        tools/data/public_runs/deepspeed_h200_b200.csv tools/data/public_runs/lightning_zero.csv \
+        tools/data/public_runs/torchtitan_aws_samples.csv
     python tools/import_public_runs.py ... --summary   # also print the count tables (markdown)
 
 The first CSV is the Megatron-Core / NeMo table (training_layouts.csv, read with the rules of `Row` below);
