@@ -1,10 +1,13 @@
 """The 80% interval every prediction carries.
 
 - With a calibration (`--calibration FILE`): the scenario is priced with the fitted values, and
-  its spread in log space is s^2 = g^T Sigma_u g + sigma^2, where g = d ln t / d u is the
-  scenario's own sensitivity to each fitted parameter (a layout far from the calibration runs,
-  e.g. more servers when only one was measured, gets a wider interval), Sigma_u the parameters'
-  posterior covariance and sigma the calibration's residual spread (`calibration.fit`).
+  its spread in log space is s^2 = max(g_f^T Sigma_u g_f, g^T Sigma_all g) + sigma^2, where g =
+  d ln t / d u is the scenario's own sensitivity to every parameter (g_f: to the fitted ones),
+  Sigma_u the fitted parameters' posterior covariance, Sigma_all every parameter's, the unfitted
+  ones at their prior spread where the runs say nothing of them (`calibration.unmeasured`: a
+  layout far from the calibration runs, e.g. more servers or a pipeline when none was measured,
+  gets a wider interval, and its basis names the terms that widened it), and sigma the
+  calibration's residual spread (`calibration.fit`).
 - Without one: the uncalibrated model's spread for a source it has not seen, measured on the
   public runs each predicted without its source, `spreads.uncalibrated_log_sd`: its stack's
   (between- and within-source; a stack without published runs: the stacks' spread when each is
@@ -52,7 +55,7 @@ class Spread:
 
     log_sd: np.ndarray
     basis: str  # "calibration FILE (n runs)" or "uncalibrated: public runs' spread"
-    log_gradient: np.ndarray | None = None  # calibrated: d ln t / d u, one row per scenario
+    log_gradient: np.ndarray | None = None  # calibrated: d ln t / d u, one row per scenario, every parameter
     fit: Fit | None = None  # calibrated: the fit the spread is from
     other_gpu: bool = False  # calibrated, and some case on a GPU its runs did not measure
 
@@ -69,8 +72,10 @@ class Spread:
             from shardwise.calibration.spreads import PAIR_LOG_SD
 
             return PAIR_LOG_SD
-        g = self.log_gradient
-        sd = float(ratio_log_sd_from_gradients(g[a], g[b], self.fit))
+        from shardwise.calibration.unmeasured import parameter_var
+
+        var, _ = parameter_var(self.log_gradient[a] - self.log_gradient[b], self.fit)  # every parameter's
+        sd = float(np.sqrt(2 * self.fit.noise_log_sd**2 + var) * t_factor(self.fit.dof))
         if self.other_gpu:  # no narrower than the uncalibrated pair spread where the runs measured no such GPU
             from shardwise.calibration.spreads import PAIR_LOG_SD
 
@@ -97,10 +102,14 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "", gpus: tu
         return Spread(np.array(sd, dtype=float), what)
     from shardwise.calibration.cases import Evaluator, log_step_and_gradient
 
-    names = fitted.fitted
-    # relative to the calibrated scenario: scales x1, overheads +0 (see calibration.parameters)
-    _, g = log_step_and_gradient(Evaluator(calibrated), names, np.zeros(len(names)), {})
-    sd = log_sd_from_gradient(g, fitted)
+    from shardwise.calibration.unmeasured import ALL, describe, parameter_var, widening_terms
+
+    # relative to the calibrated scenario: scales x1, overheads +0 (see calibration.parameters);
+    # every parameter, the unfitted ones too (`calibration.unmeasured`: what the runs did not measure)
+    _, g = log_step_and_gradient(Evaluator(calibrated), ALL, np.zeros(len(ALL)), {})
+    var, _ = parameter_var(g, fitted)
+    sd = np.sqrt(fitted.noise_log_sd**2 + var) * t_factor(fitted.dof)
+    basis = (basis or "calibration") + describe(widening_terms(g, fitted), fitted)
     others = [i for i, c in enumerate(calibrated) if gpus and _gpu_of(c) not in gpus]
     if others:
         sd = np.array(sd, dtype=float)
