@@ -220,13 +220,20 @@ def leave_one_out(scenarios: list[Case], measured: np.ndarray, fitted: Fit) -> t
     if k == 0:
         return e, sigma * t_factor(fitted.dof - 1)
     from shardwise.calibration.cases import Evaluator, log_step_and_gradient, with_values
+    from shardwise.calibration.unmeasured import ALL, covariance_all, fitted_columns
 
     cases = [with_values(c, fitted.values) for c in scenarios]
-    _, g = log_step_and_gradient(Evaluator(cases), fitted.fitted, np.zeros(k), {})
+    _, g_all = log_step_and_gradient(Evaluator(cases), ALL, np.zeros(len(ALL)), {})
+    g_all = np.where(np.isfinite(g_all), g_all, 0.0)
+    g = g_all[:, fitted_columns(fitted)]
     q = np.einsum("ni,ij,nj->n", g, fitted.u_covariance, g)  # g_i^T A^-1 g_i
     h = np.clip(q / fitted.noise_log_sd**2, 0.0, 0.99)
     loo = e / (1.0 - h)
-    return loo, np.sqrt(sigma**2 + q / (1.0 - h)) * t_factor(fitted.dof - 1)
+    # every parameter's part (`calibration.unmeasured`), run i dropped from Sigma_all the same way
+    q_all = np.einsum("ni,ij,nj->n", g_all, covariance_all(fitted), g_all)
+    h_all = np.clip(q_all / fitted.noise_log_sd**2, 0.0, 0.99)
+    var = np.maximum(q / (1.0 - h), q_all / (1.0 - h_all))
+    return loo, np.sqrt(sigma**2 + var) * t_factor(fitted.dof - 1)
 
 
 def predict_with_spread(fitted: Fit | None, scenarios: list[Case]) -> tuple[np.ndarray, Spread]:
