@@ -16,7 +16,8 @@
   fitted on no published run), the same relative width for every prediction of
   one stack on one GPU; a mixture of experts or a hybrid Mamba-2 model its family's spread where
   wider (`spreads.FAMILY_LOG_SD`: the rms miss over the family's published runs); serving cases
-  the serving model's spread, `spreads.SERVING_LOG_SD`.
+  the serving model's spread, `spreads.SERVING_LOG_SD`, widened for a model family or a GPU no
+  published serving run measured (`spreads.serving_log_sd`).
 
 The interval is t exp(-z s) .. t exp(+z s) with z = 1.2816 (80%, two-sided).
 """
@@ -32,12 +33,12 @@ import numpy as np
 from shardwise.calibration.spreads import (
     NOISE_LOG_SD,
     NOISE_PRIOR_RUNS,
-    SERVING_LOG_SD,
     Z80,
     family_basis,
     family_widens,
     gpu_basis,
     model_family,
+    serving_log_sd,
     stack_basis,
     uncalibrated_log_sd,
 )
@@ -129,12 +130,13 @@ def _gpu_of(case: Case) -> str:
 
 def uncalibrated_log_sd_of(cases: list[Case]) -> np.ndarray:
     """The uncalibrated spread of each case: a training case its stack's, GPU's and family's, a
-    serving case the serving model's."""
+    serving case the serving model's, widened where no published serving run measured it
+    (`spreads.serving_log_sd`)."""
     cases_module = sys.modules.get("shardwise.calibration.cases")
     serving = cases_module.ServingCase if cases_module is not None else ()
     return np.array(
         [
-            SERVING_LOG_SD
+            serving_log_sd(_gpu_of(c), _family(c))
             if isinstance(c, serving)
             else uncalibrated_log_sd(_gpu_of(c), _scenario(c).plan.framework, _family(c))
             for c in cases

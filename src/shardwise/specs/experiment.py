@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.calibration.spreads import SERVING_LOG_SD, model_family, uncalibrated_log_sd
+from shardwise.calibration.spreads import model_family, serving_log_sd, uncalibrated_log_sd
 from shardwise.specs.hardware import Gpu, Link
 from shardwise.specs.model import Model
 
@@ -100,7 +100,7 @@ class Experiment:
     def _uncalibrated_log_sd(self) -> float:
         """The uncalibrated model's measured spread for this GPU and stack (training) or serving's."""
         if self.workload != "train":
-            return SERVING_LOG_SD
+            return serving_log_sd(self.gpu.name, model_family(self.model))
         framework = self.plan_defaults.get("framework") or "megatron-core"
         return uncalibrated_log_sd(self.gpu.name, framework, model_family(self.model))
 
