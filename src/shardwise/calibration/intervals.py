@@ -102,7 +102,6 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "", gpus: tu
             what = f"uncalibrated: {_basis(training)}; --calibration fits it to your own runs"
         return Spread(np.array(sd, dtype=float), what)
     from shardwise.calibration.cases import Evaluator, log_step_and_gradient
-
     from shardwise.calibration.unmeasured import ALL, describe, parameter_var, widening_terms
 
     # relative to the calibrated scenario: scales x1, overheads +0 (see calibration.parameters);

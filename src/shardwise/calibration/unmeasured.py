@@ -92,12 +92,9 @@ def describe(names: list[str], fitted: Any) -> str:
     """The basis's clause naming the terms that widened an interval (`widening_terms`)."""
     if not names:
         return ""
-    words = [
-        f"{n} (fitted, confounded with those left out)" if n in fitted.fitted else n for n in names
-    ]
+    words = [f"{n} (fitted, confounded with those left out)" if n in fitted.fitted else n for n in names]
     return (
         "; wider where the runs measured nothing: "
         + ", ".join(words)
         + " at their prior spread (docs/calibration.md, error bars)"
     )
-
