@@ -137,6 +137,11 @@ def test_serving_ranges_widen_where_no_published_serving_run_measured(cli):
     interval = json.loads(out)["plans"][0]["interval"]
     assert interval["unmeasured"] and interval["log_sd"] == pytest.approx(spreads.serving_log_sd("l40s", "moe"))
     assert "l40s" in interval["basis"] and "mixture-of-experts" in interval["basis"]
+    # crossover of a serving workload: the same width and word (`specs.experiment`)
+    args = "--model mixtral-8x7b --system dgx-h100 --workload decode --plan tp=8 --plan tp=2,pp=4 --vary batch=1,8"
+    code, out, _ = cli(["crossover", *args.split(), "--json"])
+    interval = json.loads(out)["interval"]
+    assert interval["log_sd"] == spreads.FAMILY_LOG_SD["moe"][0] and interval["basis"].startswith("unmeasured: ")
 
 
 def test_the_serving_gpus_are_those_of_the_published_serving_runs():
