@@ -38,6 +38,8 @@ ALL = tuple(p.name for p in PARAMETERS)
 SHARE_NAMED = 0.1
 # ... and the unmeasured terms widen the interval by at least this factor (1.1: a tenth wider).
 WIDER_NAMED = 1.1
+# how the basis's clause naming them begins (`describe`; the regret, drawn from Sigma_all, drops it)
+WIDER_CLAUSE = "; wider where the runs measured nothing: "
 
 
 def covariance_all(fitted: Any) -> np.ndarray:
@@ -94,7 +96,7 @@ def describe(names: list[str], fitted: Any) -> str:
         return ""
     words = [f"{n} (fitted, confounded with those left out)" if n in fitted.fitted else n for n in names]
     return (
-        "; wider where the runs measured nothing: "
+        WIDER_CLAUSE
         + ", ".join(words)
         + " at their prior spread (docs/calibration.md, error bars)"
     )
