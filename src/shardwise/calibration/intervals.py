@@ -67,7 +67,7 @@ class Spread:
 
     def ratio_log_sd(self, a: int, b: int) -> float:
         """The spread (log) of scenario a's time over scenario b's, two layouts of one job: with a
-        calibration both share the fit (`ratio_log_sd_from_gradients`); without one how far the
+        calibration both share the fit (their gradients' difference, `calibration.unmeasured`); without one how far the
         model misses two layouts' ratio (`spreads.PAIR_LOG_SD`), a bias both share cancelling."""
         if self.fit is None or self.log_gradient is None:
             from shardwise.calibration.spreads import PAIR_LOG_SD
@@ -174,22 +174,6 @@ def _scenario(case: Case) -> Any:
 def _family(case: Case) -> str:
     """The case's model family whose spread may be wider than its stack's (`spreads.FAMILY_LOG_SD`)."""
     return model_family(_scenario(case).model)
-
-
-def log_sd_from_gradient(g: np.ndarray, fitted: Fit) -> np.ndarray:
-    """sqrt(sigma^2 + g^T Sigma_u g) x Student's t factor, g = d ln t / d u (last axis: the fitted
-    parameters)."""
-    var = fitted.noise_log_sd**2 + np.einsum("...i,ij,...j->...", g, fitted.u_covariance, g)
-    return np.sqrt(var) * t_factor(fitted.dof)
-
-
-def ratio_log_sd_from_gradients(ga: np.ndarray, gb: np.ndarray, fitted: Fit) -> np.ndarray:
-    """The spread (log) of t_a / t_b under one calibration: both plans share its parameters, so
-    their part is the difference of the gradients, (g_a - g_b)^T Sigma_u (g_a - g_b); the residual
-    part is each plan's own, 2 sigma^2; x Student's t factor (the last axis: the fitted parameters)."""
-    g = ga - gb
-    var = 2 * fitted.noise_log_sd**2 + np.einsum("...i,ij,...j->...", g, fitted.u_covariance, g)
-    return np.sqrt(var) * t_factor(fitted.dof)
 
 
 def t_factor(dof: float) -> float:
