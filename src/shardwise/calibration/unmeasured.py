@@ -95,8 +95,4 @@ def describe(names: list[str], fitted: Any) -> str:
     if not names:
         return ""
     words = [f"{n} (fitted, confounded with those left out)" if n in fitted.fitted else n for n in names]
-    return (
-        WIDER_CLAUSE
-        + ", ".join(words)
-        + " at their prior spread (docs/calibration.md, error bars)"
-    )
+    return WIDER_CLAUSE + ", ".join(words) + " at their prior spread (docs/calibration.md, error bars)"
