@@ -915,7 +915,10 @@ def test_plan_judges_a_calibrated_tie_on_the_ratios_band(cli, example_calibratio
     outcome = PlanRequest.from_argv([*job, "--calibration", str(example_calibration)]).run()
     spread, rows = outcome.spread, outcome.rows
     assert spread.fit is not None and len(rows) > 2
-    g, cov = spread.log_gradient, spread.fit.u_covariance
+    from shardwise.calibration.unmeasured import covariance_all
+
+    # over every parameter (`calibration.unmeasured`): each plan's and the ratio's from Sigma_all here
+    g, cov = spread.log_gradient, covariance_all(spread.fit)
     t = intervals.t_factor(spread.fit.dof)
     for j, (a, b) in enumerate(pairwise(rows)):
         band = spread.ratio_log_sd(j, j + 1)

@@ -326,7 +326,10 @@ def test_a_tie_is_judged_on_the_ratio_of_two_plans_not_their_absolute_ranges():
     # third the other way, with little residual spread: the first two are ordered (their ratio's
     # band is sqrt(2) x 0.01 x t, 1.8%), the second and third are not (the parameter moves them apart)
     fit = Fit(("matmul_efficiency_scale", "step_overhead_s"), {}, np.diag([0.25, 0.25]), 0.01, dof=1e9)
-    g = np.array([[0.9, 0.1], [0.9, 0.1], [0.1, 0.9]])
+    from shardwise.calibration.unmeasured import ALL
+
+    g = np.zeros((3, len(ALL)))  # d ln t / d u over every parameter: the unfitted ones move nothing here
+    g[:, [ALL.index(n) for n in fit.fitted]] = [[0.9, 0.1], [0.9, 0.1], [0.1, 0.9]]
     calibrated = Spread(wide.log_sd, "calibration", g, fit)
     assert calibrated.ratio_log_sd(0, 1) == pytest.approx(np.sqrt(2) * 0.01, rel=1e-6)
     assert calibrated.ratio_log_sd(1, 2) == pytest.approx(np.sqrt(2e-4 + 2 * 0.64 * 0.25), rel=1e-6)

@@ -52,7 +52,8 @@ def serving_dict(label: str, est: Any, log_sd: float | None = None, basis: str =
         **band("e2e_s", est.e2e_s),
         **band("per_user_tokens_per_s", est.per_user_tokens_per_s),
         # the interval of every time and rate above (the percentiles and the parts carry none)
-        "interval": {"level": 0.8, "log_sd": log_sd, "basis": basis},
+        # unmeasured: no published serving run measured this model family or GPU (`spreads.serving_log_sd`)
+        "interval": {"level": 0.8, "log_sd": log_sd, "basis": basis, "unmeasured": basis.startswith("unmeasured: ")},
         **_inflight_dict(est, band),
     }
 

@@ -2,12 +2,13 @@
 
 - Uncalibrated: one relative width for every point, the experiment's `prediction_log_sd` (the
   model's measured spread on public runs, `calibration.spreads`).
-- Calibrated: s = sqrt(sigma^2 + g^T Sigma_u g) x Student's t factor at each point, with
-  g = d ln t / d u there (`calibration.intervals.log_sd_from_gradient`): the series is priced
-  once more per fitted parameter, that parameter moved by one finite-difference step. A point far
-  from the calibration runs (more servers, another GPU count) gets a wider band.
+- Calibrated: s = sqrt(sigma^2 + max(g_f^T Sigma_u g_f, g^T Sigma_all g)) x Student's t factor at
+  each point, with g = d ln t / d u there over every parameter (`calibration.unmeasured`: the
+  unfitted ones at their prior spread where the runs say nothing of them; `predict`'s interval):
+  the series is priced once more per parameter, that parameter moved by one finite-difference
+  step. A point far from the calibration runs (more servers, another GPU count) gets a wider band.
 - A ratio of two plans' times (sensitivity): both plans share the calibration, so the parameter
-  part uses the difference of their gradients, (g_a - g_b)^T Sigma_u (g_a - g_b), and the
+  part uses the difference of their gradients, g_a - g_b, in the same form, and the
   residual part is each plan's own residual, 2 sigma^2; uncalibrated, the model's measured spread
   of the ratio of two layouts of one model on one cluster (`calibration.spreads.PAIR_LOG_SD`).
 """
@@ -30,13 +31,15 @@ def calibrated(exp: Experiment) -> bool:
 
 
 def log_gradient(exp: Experiment, price: Price, t: np.ndarray) -> np.ndarray:
-    """d ln t / d u for each fitted parameter (last axis), by one finite step each."""
+    """d ln t / d u for every parameter (last axis, `calibration.unmeasured.ALL`), by one finite
+    step each."""
     from shardwise.calibration.cases import fd_step
     from shardwise.calibration.parameters import BY_NAME
+    from shardwise.calibration.unmeasured import ALL
 
     base = dict(exp.calibration)
     grads = []
-    for name in exp.calibration_fit.fitted:
+    for name in ALL:
         p = BY_NAME[name]
         step = fd_step(name)
         moved = {**base, name: float(p.value(p.u(base[name]) + step))}
@@ -50,9 +53,12 @@ def point_log_sd(exp: Experiment, price: Price, t: np.ndarray) -> np.ndarray:
     """Each point's 80% band width in log space (see the module docstring)."""
     if not calibrated(exp):
         return np.full(np.shape(t), exp.prediction_log_sd)
-    from shardwise.calibration.intervals import log_sd_from_gradient
+    from shardwise.calibration.intervals import t_factor
+    from shardwise.calibration.unmeasured import parameter_var
 
-    return np.maximum(log_sd_from_gradient(log_gradient(exp, price, t), exp.calibration_fit), exp.floor_log_sd)
+    fit = exp.calibration_fit
+    var, _ = parameter_var(log_gradient(exp, price, t), fit)
+    return np.maximum(np.sqrt(fit.noise_log_sd**2 + var) * t_factor(fit.dof), exp.floor_log_sd)
 
 
 def ratio_log_sd(exp: Experiment, price_a: Price, price_b: Price, ta: np.ndarray, tb: np.ndarray) -> np.ndarray:
@@ -61,10 +67,12 @@ def ratio_log_sd(exp: Experiment, price_a: Price, price_b: Price, ta: np.ndarray
         from shardwise.calibration.spreads import PAIR_LOG_SD
 
         return np.full(np.shape(ta), PAIR_LOG_SD)
-    from shardwise.calibration.intervals import ratio_log_sd_from_gradients
+    from shardwise.calibration.intervals import t_factor
+    from shardwise.calibration.unmeasured import parameter_var
 
-    ga, gb = log_gradient(exp, price_a, ta), log_gradient(exp, price_b, tb)
-    sd = ratio_log_sd_from_gradients(ga, gb, exp.calibration_fit)
+    fit = exp.calibration_fit
+    var, _ = parameter_var(log_gradient(exp, price_a, ta) - log_gradient(exp, price_b, tb), fit)
+    sd = np.sqrt(2 * fit.noise_log_sd**2 + var) * t_factor(fit.dof)
     if exp.floor_log_sd > 0:  # a GPU the calibration did not measure: no narrower than uncalibrated
         from shardwise.calibration.spreads import PAIR_LOG_SD
 

@@ -144,8 +144,9 @@ def _scores(members: list[PublicRun], jobs: list[tuple[object, list[int]]]) -> l
     (`Evaluator.step_s(at=...)`, as `cases.with_values` calibrates them), the uncalibrated
     predictions once for every job that has none."""
     from shardwise.calibration.cases import Evaluator, parameter_sets
-    from shardwise.calibration.intervals import Spread, log_sd_from_gradient, spread
+    from shardwise.calibration.intervals import Spread, spread, t_factor
     from shardwise.calibration.parameters import NEUTRAL
+    from shardwise.calibration.unmeasured import ALL, parameter_var
 
     if not jobs:
         return []
@@ -156,11 +157,12 @@ def _scores(members: list[PublicRun], jobs: list[tuple[object, list[int]]]) -> l
     rows, steps = {}, {}
     for j in calibrated:
         f = jobs[j][0]
-        s, steps[j] = parameter_sets(f.fitted, np.zeros(len(f.fitted)), {})  # type: ignore[attr-defined]
+        # every parameter's gradient, the unfitted ones too (`calibration.unmeasured`, as `spread`)
+        s, steps[j] = parameter_sets(ALL, np.zeros(len(ALL)), {})
         rows[j] = len(at["step_overhead_s"])
         for n in NEUTRAL:
-            at[n] += [f.values[n]] * (len(f.fitted) + 1)  # type: ignore[attr-defined]
-            sets[n] += list(np.broadcast_to(s.get(n, NEUTRAL[n]), len(f.fitted) + 1))  # type: ignore[attr-defined]
+            at[n] += [f.values[n]] * (len(ALL) + 1)  # type: ignore[attr-defined]
+            sets[n] += list(np.broadcast_to(s.get(n, NEUTRAL[n]), len(ALL) + 1))
     priced = (
         ev.step_s({n: np.array(v) for n, v in sets.items()}, at={n: np.array(v) for n, v in at.items()})
         if calibrated
@@ -171,11 +173,13 @@ def _scores(members: list[PublicRun], jobs: list[tuple[object, list[int]]]) -> l
     for j, (fitted, test) in enumerate(jobs):
         m = np.array([members[i].measured_step_s for i in test])
         if j in rows:
-            k = len(fitted.fitted)  # type: ignore[attr-defined]
+            k = len(ALL)
             logt = np.log(priced[rows[j] : rows[j] + k + 1][:, test])  # type: ignore[index]
             t = priced[rows[j], test]  # type: ignore[index]
             g = ((logt[1:] - logt[0]) / steps[j][:, None]).T
-            lo, hi = Spread(log_sd_from_gradient(g, fitted), "").bounds(t)  # type: ignore[arg-type]
+            var, _ = parameter_var(g, fitted)
+            sd = np.sqrt(fitted.noise_log_sd**2 + var) * t_factor(fitted.dof)  # type: ignore[attr-defined]
+            lo, hi = Spread(sd, "").bounds(t)
         else:  # no calibration, or one that fitted nothing: the uncalibrated spread
             t = plain[test]  # type: ignore[index]
             lo, hi = spread([members[i].scenario for i in test], fitted).bounds(t)  # type: ignore[arg-type]

@@ -17,7 +17,8 @@ pseudo-runs, so one or two runs cannot claim a spread of zero:
 
 The parameters' uncertainty is the Laplace approximation of the posterior at the optimum,
 Sigma_u = (J^T J / sigma^2 + diag(1 / prior_sd^2))^-1 (J: d e / d u), and a new prediction's 80%
-interval is exp(+-1.2816 s) around it with s^2 = g^T Sigma_u g + sigma^2 (g: d ln t / d u there).
+interval is exp(+-1.2816 s) around it with s^2 = g^T Sigma_u g + sigma^2 (g: d ln t / d u there),
+or every parameter's g^T Sigma_all g where larger (`calibration.unmeasured`: what the runs did not fit).
 
 Speed (`calibration.cases`): runs are stacked into one array-valued Scenario per (model, hardware, precision) group and
 the parameter sets (the point and one step per parameter, for the Jacobian) into a second axis,

@@ -1,10 +1,13 @@
 """The 80% interval every prediction carries.
 
 - With a calibration (`--calibration FILE`): the scenario is priced with the fitted values, and
-  its spread in log space is s^2 = g^T Sigma_u g + sigma^2, where g = d ln t / d u is the
-  scenario's own sensitivity to each fitted parameter (a layout far from the calibration runs,
-  e.g. more servers when only one was measured, gets a wider interval), Sigma_u the parameters'
-  posterior covariance and sigma the calibration's residual spread (`calibration.fit`).
+  its spread in log space is s^2 = max(g_f^T Sigma_u g_f, g^T Sigma_all g) + sigma^2, where g =
+  d ln t / d u is the scenario's own sensitivity to every parameter (g_f: to the fitted ones),
+  Sigma_u the fitted parameters' posterior covariance, Sigma_all every parameter's, the unfitted
+  ones at their prior spread where the runs say nothing of them (`calibration.unmeasured`: a
+  layout far from the calibration runs, e.g. more servers or a pipeline when none was measured,
+  gets a wider interval, and its basis names the terms that widened it), and sigma the
+  calibration's residual spread (`calibration.fit`).
 - Without one: the uncalibrated model's spread for a source it has not seen, measured on the
   public runs each predicted without its source, `spreads.uncalibrated_log_sd`: its stack's
   (between- and within-source; a stack without published runs: the stacks' spread when each is
@@ -13,7 +16,8 @@
   fitted on no published run), the same relative width for every prediction of
   one stack on one GPU; a mixture of experts or a hybrid Mamba-2 model its family's spread where
   wider (`spreads.FAMILY_LOG_SD`: the rms miss over the family's published runs); serving cases
-  the serving model's spread, `spreads.SERVING_LOG_SD`.
+  the serving model's spread, `spreads.SERVING_LOG_SD`, widened for a model family or a GPU no
+  published serving run measured (`spreads.serving_log_sd`).
 
 The interval is t exp(-z s) .. t exp(+z s) with z = 1.2816 (80%, two-sided).
 """
@@ -29,12 +33,12 @@ import numpy as np
 from shardwise.calibration.spreads import (
     NOISE_LOG_SD,
     NOISE_PRIOR_RUNS,
-    SERVING_LOG_SD,
     Z80,
     family_basis,
     family_widens,
     gpu_basis,
     model_family,
+    serving_log_sd,
     stack_basis,
     uncalibrated_log_sd,
 )
@@ -52,7 +56,7 @@ class Spread:
 
     log_sd: np.ndarray
     basis: str  # "calibration FILE (n runs)" or "uncalibrated: public runs' spread"
-    log_gradient: np.ndarray | None = None  # calibrated: d ln t / d u, one row per scenario
+    log_gradient: np.ndarray | None = None  # calibrated: d ln t / d u, one row per scenario, every parameter
     fit: Fit | None = None  # calibrated: the fit the spread is from
     other_gpu: bool = False  # calibrated, and some case on a GPU its runs did not measure
 
@@ -63,14 +67,16 @@ class Spread:
 
     def ratio_log_sd(self, a: int, b: int) -> float:
         """The spread (log) of scenario a's time over scenario b's, two layouts of one job: with a
-        calibration both share the fit (`ratio_log_sd_from_gradients`); without one how far the
+        calibration both share the fit (their gradients' difference, `calibration.unmeasured`); without one how far the
         model misses two layouts' ratio (`spreads.PAIR_LOG_SD`), a bias both share cancelling."""
         if self.fit is None or self.log_gradient is None:
             from shardwise.calibration.spreads import PAIR_LOG_SD
 
             return PAIR_LOG_SD
-        g = self.log_gradient
-        sd = float(ratio_log_sd_from_gradients(g[a], g[b], self.fit))
+        from shardwise.calibration.unmeasured import parameter_var
+
+        var, _ = parameter_var(self.log_gradient[a] - self.log_gradient[b], self.fit)  # every parameter's
+        sd = float(np.sqrt(2 * self.fit.noise_log_sd**2 + var) * t_factor(self.fit.dof))
         if self.other_gpu:  # no narrower than the uncalibrated pair spread where the runs measured no such GPU
             from shardwise.calibration.spreads import PAIR_LOG_SD
 
@@ -96,11 +102,14 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "", gpus: tu
             what = f"uncalibrated: {_basis(training)}; --calibration fits it to your own runs"
         return Spread(np.array(sd, dtype=float), what)
     from shardwise.calibration.cases import Evaluator, log_step_and_gradient
+    from shardwise.calibration.unmeasured import ALL, describe, parameter_var, widening_terms
 
-    names = fitted.fitted
-    # relative to the calibrated scenario: scales x1, overheads +0 (see calibration.parameters)
-    _, g = log_step_and_gradient(Evaluator(calibrated), names, np.zeros(len(names)), {})
-    sd = log_sd_from_gradient(g, fitted)
+    # relative to the calibrated scenario: scales x1, overheads +0 (see calibration.parameters);
+    # every parameter, the unfitted ones too (`calibration.unmeasured`: what the runs did not measure)
+    _, g = log_step_and_gradient(Evaluator(calibrated), ALL, np.zeros(len(ALL)), {})
+    var, _ = parameter_var(g, fitted)
+    sd = np.sqrt(fitted.noise_log_sd**2 + var) * t_factor(fitted.dof)
+    basis = (basis or "calibration") + describe(widening_terms(g, fitted), fitted)
     others = [i for i, c in enumerate(calibrated) if gpus and _gpu_of(c) not in gpus]
     if others:
         sd = np.array(sd, dtype=float)
@@ -120,12 +129,13 @@ def _gpu_of(case: Case) -> str:
 
 def uncalibrated_log_sd_of(cases: list[Case]) -> np.ndarray:
     """The uncalibrated spread of each case: a training case its stack's, GPU's and family's, a
-    serving case the serving model's."""
+    serving case the serving model's, widened where no published serving run measured it
+    (`spreads.serving_log_sd`)."""
     cases_module = sys.modules.get("shardwise.calibration.cases")
     serving = cases_module.ServingCase if cases_module is not None else ()
     return np.array(
         [
-            SERVING_LOG_SD
+            serving_log_sd(_gpu_of(c), _family(c))
             if isinstance(c, serving)
             else uncalibrated_log_sd(_scenario(c).cluster.gpu, _scenario(c).plan.framework, _family(c))
             for c in cases
@@ -166,22 +176,6 @@ def _family(case: Case) -> str:
     return model_family(_scenario(case).model)
 
 
-def log_sd_from_gradient(g: np.ndarray, fitted: Fit) -> np.ndarray:
-    """sqrt(sigma^2 + g^T Sigma_u g) x Student's t factor, g = d ln t / d u (last axis: the fitted
-    parameters)."""
-    var = fitted.noise_log_sd**2 + np.einsum("...i,ij,...j->...", g, fitted.u_covariance, g)
-    return np.sqrt(var) * t_factor(fitted.dof)
-
-
-def ratio_log_sd_from_gradients(ga: np.ndarray, gb: np.ndarray, fitted: Fit) -> np.ndarray:
-    """The spread (log) of t_a / t_b under one calibration: both plans share its parameters, so
-    their part is the difference of the gradients, (g_a - g_b)^T Sigma_u (g_a - g_b); the residual
-    part is each plan's own, 2 sigma^2; x Student's t factor (the last axis: the fitted parameters)."""
-    g = ga - gb
-    var = 2 * fitted.noise_log_sd**2 + np.einsum("...i,ij,...j->...", g, fitted.u_covariance, g)
-    return np.sqrt(var) * t_factor(fitted.dof)
-
-
 def t_factor(dof: float) -> float:
     """Student's t quantile over the normal's at 90% (the 80% interval's upper end): the spread is
     itself estimated from few runs, so its interval is wider (dof = runs - fitted + prior runs)."""
@@ -211,13 +205,20 @@ def leave_one_out(scenarios: list[Case], measured: np.ndarray, fitted: Fit) -> t
     if k == 0:
         return e, sigma * t_factor(fitted.dof - 1)
     from shardwise.calibration.cases import Evaluator, log_step_and_gradient, with_values
+    from shardwise.calibration.unmeasured import ALL, covariance_all, fitted_columns
 
     cases = [with_values(c, fitted.values) for c in scenarios]
-    _, g = log_step_and_gradient(Evaluator(cases), fitted.fitted, np.zeros(k), {})
+    _, g_all = log_step_and_gradient(Evaluator(cases), ALL, np.zeros(len(ALL)), {})
+    g_all = np.where(np.isfinite(g_all), g_all, 0.0)
+    g = g_all[:, fitted_columns(fitted)]
     q = np.einsum("ni,ij,nj->n", g, fitted.u_covariance, g)  # g_i^T A^-1 g_i
     h = np.clip(q / fitted.noise_log_sd**2, 0.0, 0.99)
     loo = e / (1.0 - h)
-    return loo, np.sqrt(sigma**2 + q / (1.0 - h)) * t_factor(fitted.dof - 1)
+    # every parameter's part (`calibration.unmeasured`), run i dropped from Sigma_all the same way
+    q_all = np.einsum("ni,ij,nj->n", g_all, covariance_all(fitted), g_all)
+    h_all = np.clip(q_all / fitted.noise_log_sd**2, 0.0, 0.99)
+    var = np.maximum(q / (1.0 - h), q_all / (1.0 - h_all))
+    return loo, np.sqrt(sigma**2 + var) * t_factor(fitted.dof - 1)
 
 
 def predict_with_spread(fitted: Fit | None, scenarios: list[Case]) -> tuple[np.ndarray, Spread]:

@@ -329,8 +329,11 @@ def regret_of(d: Draws, column: int = 0, basis: str = "") -> Regret:
 
 
 def plan_regret(search: PlanSearch, fit: Fit | None, basis: str = "") -> Regret:
-    """The expected regret of the search's best plan (its cluster already calibrated by `fit`)."""
-    return regret_of(draws(search, fit), 0, basis)
+    """The expected regret of the search's best plan (its cluster already calibrated by `fit`); its
+    draws hold every parameter, so a basis's widening clause (`calibration.unmeasured`) is left out."""
+    from shardwise.calibration.unmeasured import WIDER_CLAUSE
+
+    return regret_of(draws(search, fit), 0, basis.partition(WIDER_CLAUSE)[0])
 
 
 def describe(reg: Regret, label: Any = None) -> str:

@@ -87,6 +87,36 @@ def serving_basis() -> str:
     return f"the serving model's spread on {SERVING_RUNS} published runs"
 
 
+# The GPUs of those SERVING_RUNS runs (`analyses.serving_validation.SYSTEMS`' systems; a test
+# recomputes it). All their models are dense. A serving case outside them is unmeasured there and
+# widens as a training interval does (review 45 #6): a model family no published serving run
+# measured (every FAMILY_LOG_SD family) takes the wider of SERVING_LOG_SD and its family's spread
+# (measured on training runs: grouped GEMMs, routing, all-to-alls, the SSD kernels, which serving
+# runs too), and a GPU without a serving row adds its GPU term (`gpu_widened_log_sd`).
+SERVING_GPUS = frozenset({"a100-sxm4-40gb", "b200-sxm-180gb", "gb200", "h100-sxm5-80gb", "h200-sxm-141gb"})
+
+
+def serving_log_sd(gpu_name: str, family: str = "") -> float:
+    """The uncalibrated serving interval's log spread on `gpu_name` for a model of `family`
+    ("" dense; `model_family`): SERVING_LOG_SD, widened where unmeasured (`SERVING_GPUS`)."""
+    base = max(SERVING_LOG_SD, FAMILY_LOG_SD[family][0]) if family in FAMILY_LOG_SD else SERVING_LOG_SD
+    return base if gpu_name in SERVING_GPUS else gpu_widened_log_sd(base, gpu_name)
+
+
+def serving_unmeasured(gpu_name: str, family: str = "") -> str:
+    """What of a serving case no published serving run measured, in words ("" : all measured)."""
+    words = []
+    if family in FAMILY_LOG_SD:
+        words.append(f"no published serving run of {FAMILY_NAMES[family]}: {family_basis(family)} in training")
+    if gpu_name not in SERVING_GPUS:
+        gpu = gpu_basis(gpu_name)
+        words.append(
+            f"no published serving row on the {gpu_name}"
+            + (f", {gpu}" if gpu.startswith("plus") else " (its efficiency fitted on published training runs)")
+        )
+    return "; ".join(words)
+
+
 # Per software stack (the framework preset that runs the step): the 80% interval's spread, before
 # its GPU's term, for a run of a source the model has not seen, from the stack's published runs each
 # predicted by the model fitted without its source (`analyses.loso`, leave one source out), in a

@@ -98,10 +98,12 @@ def print_estimates(
     if inflight:
         _print_inflight(out, rows)
     from shardwise.calibration.spreads import Z80
+    from shardwise.requests.serve_hints import UNMEASURED
 
     widest, basis = max(spreads.values())
     out.print(
-        f"[dim]80% interval of every time and rate: about +-{math.expm1(Z80 * widest):.0%} ({basis}; JSON: *_low, "
+        f"[dim]80% interval of every time and rate: about +-{math.expm1(Z80 * widest):.0%}"
+        f"{' unmeasured' if basis.startswith(UNMEASURED) else ''} ({basis.removeprefix(UNMEASURED)}; JSON: *_low, "
         "*_high)[/]"
     )
     capacity = float(cluster.gpu.memory_bytes)

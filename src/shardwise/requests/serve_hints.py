@@ -8,6 +8,9 @@ from typing import Any
 from shardwise.errors import SpecError
 from shardwise.requests.serve_plans import scenario
 
+# how a serving interval's basis begins where no published serving run measured the case (the
+# interval's number then says "unmeasured", `cli.serve_report`)
+UNMEASURED = "unmeasured: "
 # narrower weight formats a fit hint may suggest, in the order it tries them within one width
 NARROWER = ("fp8", "int8", "q8_0", "int4", "q4_k", "q4_0", "nvfp4", "mxfp4")
 
@@ -67,17 +70,21 @@ def spreads(rows: list[tuple[str, Any]], calibration: str | None) -> dict[str, t
     """Each plan's 80% interval width (log sd) and where it comes from: a calibration fitted on
     serving runs (its spread and the plan's sensitivity to the fitted parameters, for the time per
     output token), else the serving model's measured spread."""
-    from shardwise.calibration.spreads import SERVING_LOG_SD, serving_basis
+    from shardwise.calibration.spreads import model_family, serving_basis, serving_log_sd, serving_unmeasured
     from shardwise.requests.build import load_calibration
 
     cal = load_calibration(calibration)
     if cal is None or not cal.serving_runs:
-        basis = serving_basis()
-        if any(est.scenario.model.is_moe for _, est in rows):  # validate inference's rows are all dense
-            basis += ", all of dense models: no published mixture-of-experts serving time checks it"
-        if cal is not None:
-            basis += f" ({cal.path} has no serving runs)"
-        return {label: (SERVING_LOG_SD, basis) for label, _ in rows}
+        out = {}
+        for label, est in rows:  # validate inference's rows are all dense, on SERVING_GPUS
+            gpu, family = est.scenario.cluster.gpu.name, model_family(est.scenario.model)
+            basis = serving_basis() + (", all of dense models" if family else "")
+            unmeasured = serving_unmeasured(gpu, family)
+            basis = f"{UNMEASURED}{unmeasured}; {basis}" if unmeasured else basis
+            if cal is not None:
+                basis += f" ({cal.path} has no serving runs)"
+            out[label] = (serving_log_sd(gpu, family), basis)
+        return out
     from shardwise.calibration.cases import ServingCase
     from shardwise.calibration.intervals import spread
 

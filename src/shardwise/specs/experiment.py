@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.calibration.spreads import SERVING_LOG_SD, model_family, uncalibrated_log_sd
+from shardwise.calibration.spreads import model_family, serving_log_sd, serving_unmeasured, uncalibrated_log_sd
 from shardwise.specs.hardware import Gpu, Link
 from shardwise.specs.model import Model
 
@@ -96,11 +96,14 @@ class Experiment:
     def __post_init__(self) -> None:
         if self.prediction_log_sd is None:
             object.__setattr__(self, "prediction_log_sd", self._uncalibrated_log_sd())
+            unmeasured = serving_unmeasured(self.gpu.name, model_family(self.model)) if self.workload != "train" else ""
+            if unmeasured:  # the number says so, as serve's does (`spreads.serving_log_sd`)
+                object.__setattr__(self, "spread_basis", f"unmeasured: {unmeasured}; {self.spread_basis}")
 
     def _uncalibrated_log_sd(self) -> float:
         """The uncalibrated model's measured spread for this GPU and stack (training) or serving's."""
         if self.workload != "train":
-            return SERVING_LOG_SD
+            return serving_log_sd(self.gpu.name, model_family(self.model))
         framework = self.plan_defaults.get("framework") or "megatron-core"
         return uncalibrated_log_sd(self.gpu, framework, model_family(self.model))  # a GPU file: its like:'s fit
 
