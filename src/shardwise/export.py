@@ -308,7 +308,7 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
 
 
 def sweep_dict(result: Any, elapsed: float) -> dict[str, Any]:
-    from shardwise.analyses.evaluate import recompute_label
+    from shardwise.analyses.evaluate import layout_as_written, recompute_label
     from shardwise.analyses.experiment import SI_UNIT, column_values
 
     return {
@@ -329,6 +329,8 @@ def sweep_dict(result: Any, elapsed: float) -> dict[str, Any]:
         "wins_beside_invalid": result.wins_beside_invalid(),
         # what each training plan recomputes (`analyses.evaluate.recompute_label`; "" outside training)
         "recompute_by_plan": {p.label: recompute_label(result.experiment, p) for p in result.experiment.plans},
+        # each training plan's ZeRO stage and sequence parallelism as written (review 45 #2; {} outside training)
+        "layout_by_plan": {p.label: layout_as_written(result.experiment, p) for p in result.experiment.plans},
         "interval": {
             "level": 0.8,
             # calibrated: each point's own width (analyses.bands); else one width for all
