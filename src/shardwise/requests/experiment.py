@@ -78,6 +78,10 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
         _check_default_links(hardware["gpu"].name, base.links)
     if not links:  # the textbook model takes the brief's figures literally
         links = BRIEF_LINKS if o["cost_model"] == "textbook" else base.links
+    if o["cost_model"] == "textbook":  # one convention: both directions' total, as the brief's NVLink
+        from shardwise.requests.textbook_links import textbook_links
+
+        links = textbook_links(links, o["links"], brief=links == BRIEF_LINKS)
     if o["cost_model"] == "textbook" and o["workload"] != "train":
         raise SpecError("--cost-model textbook prices only the brief's step (--workload train)")
     if o["workload"] in ("prefill", "decode") and o["micro_batch"] != 1:
@@ -207,11 +211,12 @@ def describe_experiment(exp: Any, variable: str | None = None, recompute: Any = 
         for lk in exp.links
     )
     if exp.cost_model == "textbook":
-        links = ", ".join(f"{lk.label} {lk.link.bandwidth_bytes_per_s / 1e9:g} GB/s" for lk in exp.links)
+        from shardwise.requests.textbook_links import textbook_links_words
+
         return (
             f"the brief's Section 7 formulas, verbatim: {fixed('layers', f'{m.layers} layers')}, "
             f"{fixed('hidden', f'hidden {m.hidden}')}, {exp.gpu.peak_flops_per_s_16bit / 1e12:g} TFLOP/s per GPU; "
-            f"batch = rows of X (tokens); PP micro-batch min(batch, 4); links as the brief states them: {links}"
+            f"batch = rows of X (tokens); PP micro-batch min(batch, 4); {textbook_links_words(exp.links)}"
         )
     stack = str(exp.plan_defaults.get("framework") or "megatron-core")
     if recompute is not None:
