@@ -136,9 +136,24 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
 RESIDUE_S = 1e-12
 
 
-def seconds_parts(parts: dict[str, Any]) -> dict[str, Any]:
-    """A breakdown in seconds for JSON, each scalar term under `RESIDUE_S` written 0.0."""
-    return {k: 0.0 if isinstance(v, float) and abs(v) < RESIDUE_S else v for k, v in parts.items()}
+def seconds_parts(parts: dict[str, Any], one_replica: bool = False) -> dict[str, Any]:
+    """A breakdown in seconds for JSON, each scalar term under `RESIDUE_S` written 0.0. With
+    `one_replica` (dp = cp = 1, a dense model) what `dp_comm` holds is the tied embedding's gradient
+    sync between the first and last pipeline stage, not data-parallel traffic: it goes under its own
+    key, `embedding_sync`, after a `dp_comm` of 0.0, as the text tables name it (review 45 #10)."""
+    out = {k: 0.0 if isinstance(v, float) and abs(v) < RESIDUE_S else v for k, v in parts.items()}
+    if not one_replica or "dp_comm" not in out:
+        return out
+    split: dict[str, Any] = {}
+    for k, v in out.items():
+        split.update({"dp_comm": 0.0, "embedding_sync": v} if k == "dp_comm" else {k: v})
+    return split
+
+
+def one_replica(plan: Any, model: Any) -> bool:
+    """One data-parallel replica of a dense model (every entry of an array plan): `dp_comm` is then
+    the tied embedding's sync only (`engines.result.StepBreakdown`)."""
+    return bool(np.all(np.asarray(plan.dp) * np.asarray(plan.cp) == 1)) and not model.is_moe
 
 
 def scenario_dict(scn: Scenario) -> dict[str, Any]:
@@ -155,7 +170,10 @@ def estimate_dict(est: TrainingEstimate) -> dict[str, Any]:
         "tokens_per_s": plain(est.tokens_per_s),
         **{k: plain(getattr(est, k)) for k in ("model_tflops_per_gpu", "model_tflops_per_gpu_full_attention")},
         **{k: plain(getattr(est, k)) for k in ("hardware_tflops_per_gpu", "mfu", "hfu", "bubble_fraction")},
-        "breakdown_s": seconds_parts({k: plain(v) for k, v in est.breakdown.as_dict().items()}),
+        "breakdown_s": seconds_parts(
+            {k: plain(v) for k, v in est.breakdown.as_dict().items()},
+            one_replica(est.scenario.plan, est.scenario.model),
+        ),
         "hidden_s": {k: plain(v) for k, v in est.hidden_comm_s.items()},
         "compute_parts_s": {k: plain(v) for k, v in est.compute_parts_s.items()},
         "memory_bytes": whole_bytes_parts(est.memory.as_dict()),
@@ -253,7 +271,8 @@ def _finite(value: Any) -> Any:
 
 
 def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
-    from shardwise.analyses.crossover import crossing_breakdown, describe_crossing
+    from shardwise.analyses.crossover import describe_crossing
+    from shardwise.analyses.crossover_parts import json_breakdown
     from shardwise.analyses.evaluate import recompute_label
     from shardwise.analyses.experiment import SI_UNIT
 
@@ -300,7 +319,7 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
                 "text": describe_crossing(c, result.variable),
                 # seconds per term of both plans at the switch point (null: a plan is invalid there),
                 # under the unit-bearing key `predict --json` uses for its terms
-                "breakdown_s": crossing_breakdown(result, c),
+                "breakdown_s": json_breakdown(result, c),
             }
             for c in result.crossings
         ],

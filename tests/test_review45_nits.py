@@ -1,0 +1,23 @@
+"""Review 45 #10: labels and keys that say the same thing in text and JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def test_the_tied_embedding_sync_has_its_own_key_in_crossover_and_predict_json(cli):
+    """With one data-parallel replica the tables call dp_comm "embedding sync"; the JSON booked it
+    as dp_comm, so a script could not tell the two apart."""
+    code, out, err = cli(["crossover", "--json", "--no-plot"])
+    assert code == 0, err
+    pp8 = json.loads(out)["crossings"][0]["breakdown_s"]["pp=8"]
+    assert pp8["dp_comm"] == 0.0 and pp8["embedding_sync"] > 0
+    args = ["predict", "--model", "gpt-96l-4096h", "--system", "dgx-a100", "--global-batch", "16", "--pp", "8"]
+    code, out, err = cli([*args, "--json"])
+    data = json.loads(out)
+    assert data["breakdown_s"]["embedding_sync"] == pytest.approx(pp8["embedding_sync"])
+    assert sum(data["breakdown_s"].values()) == pytest.approx(data["step_time_s"])
+    code, out, err = cli([*args[:-2], "--pp", "4", "--json"])  # dp 2: data-parallel traffic, no key of its own
+    assert "embedding_sync" not in json.loads(out)["breakdown_s"]
