@@ -21,3 +21,11 @@ def test_the_tied_embedding_sync_has_its_own_key_in_crossover_and_predict_json(c
     assert sum(data["breakdown_s"].values()) == pytest.approx(data["step_time_s"])
     code, out, err = cli([*args[:-2], "--pp", "4", "--json"])  # dp 2: data-parallel traffic, no key of its own
     assert "embedding_sync" not in json.loads(out)["breakdown_s"]
+
+
+def test_p2p_on_an_nvlink_system_says_it_applies_to_pcie(cli):
+    args = ["serve", "--model", "llama3-8b", "--p2p", "on", "--json"]
+    notes = json.loads(cli([*args, "--system", "dgx-h100"])[1])["notes"]
+    assert sum("--p2p applies to PCIe GPUs" in n for n in notes) == 1
+    notes = json.loads(cli([*args, "--system", "l40s-8x"])[1])["notes"]
+    assert not any("--p2p applies" in n for n in notes)
