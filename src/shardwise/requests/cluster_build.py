@@ -168,9 +168,8 @@ def build_cluster(o: dict[str, Any], notes: list[str], cal: Any = None) -> Any:
         nvls = o["nvls"] == "on"
     if not nvls:
         cluster = cluster.with_(nvls=False)
-    if not o.get("system") and per_node > SOCKET_GPUS:
-        if not is_nvlink_class(intra):
-            notes.append(_uniform_pcie_note(gpu.name, per_node))
+    if not o.get("system") and per_node > SOCKET_GPUS and not is_nvlink_class(intra):
+        notes.append(_uniform_pcie_note(gpu.name, per_node))
     return calibrated(cluster, cal, notes)
 
 
