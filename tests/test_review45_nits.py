@@ -29,3 +29,24 @@ def test_p2p_on_an_nvlink_system_says_it_applies_to_pcie(cli):
     assert sum("--p2p applies to PCIe GPUs" in n for n in notes) == 1
     notes = json.loads(cli([*args, "--system", "l40s-8x"])[1])["notes"]
     assert not any("--p2p applies" in n for n in notes)
+
+
+def test_presets_show_reads_a_snapshot_folders_config_json_as_model_does(cli, tmp_path, monkeypatch):
+    import shutil
+    from pathlib import Path
+
+    snapshot = tmp_path / "Mixtral-8x7B"
+    snapshot.mkdir()
+    shutil.copy(Path(__file__).parent / "data" / "mixtral-config.json", snapshot / "config.json")
+    code, out, err = cli(["presets", "show", str(snapshot)])
+    assert code == 0, err
+    assert "experts" in out and "layers: 32" in out
+    (tmp_path / "empty").mkdir()
+    code, _, err = cli(["presets", "show", str(tmp_path / "empty")])
+    assert code == 2 and "a folder without a config.json" in err
+    # a model read from ./config.json takes its folder's name, not "config"
+    monkeypatch.chdir(snapshot)
+    from shardwise import presets
+
+    assert presets.model("config.json").name == "Mixtral-8x7B"
+    assert presets.model(str(snapshot)).name == "Mixtral-8x7B"
