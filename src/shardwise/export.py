@@ -137,17 +137,12 @@ RESIDUE_S = 1e-12
 
 
 def seconds_parts(parts: dict[str, Any], one_replica: bool = False) -> dict[str, Any]:
-    """A breakdown in seconds for JSON, each scalar term under `RESIDUE_S` written 0.0. With
-    `one_replica` (dp = cp = 1, a dense model) what `dp_comm` holds is the tied embedding's gradient
-    sync between the first and last pipeline stage, not data-parallel traffic: it goes under its own
-    key, `embedding_sync`, after a `dp_comm` of 0.0, as the text tables name it (review 45 #10)."""
+    """A breakdown in seconds for JSON, each scalar term under `RESIDUE_S` written 0.0; with
+    `one_replica`, the tied embedding's sync under its own key (`crossover_parts.split_embedding_sync`)."""
+    from shardwise.analyses.crossover_parts import split_embedding_sync
+
     out = {k: 0.0 if isinstance(v, float) and abs(v) < RESIDUE_S else v for k, v in parts.items()}
-    if not one_replica or "dp_comm" not in out:
-        return out
-    split: dict[str, Any] = {}
-    for k, v in out.items():
-        split.update({"dp_comm": 0.0, "embedding_sync": v} if k == "dp_comm" else {k: v})
-    return split
+    return split_embedding_sync(out, one_replica)
 
 
 def one_replica(plan: Any, model: Any) -> bool:
