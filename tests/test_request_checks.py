@@ -295,7 +295,7 @@ def test_smaller_messages_say_what_to_do(cli, tmp_path):
     for args, message in (
         (["validate", "--runs", str(log)], "a trainer log is read by `shardwise calibrate"),
         (["presets", "gpu"], "did you mean gpus?"),
-        (["presets", "show", str(tmp_path)], "a folder; give one of its files"),
+        (["presets", "show", str(tmp_path)], "a folder without a config.json; give one of its files"),
     ):
         code, out, err = cli(args)
         assert code == 2 and out == "" and message in err and err.count("\n") == 1, (args, err)

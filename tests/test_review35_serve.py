@@ -153,7 +153,7 @@ def test_the_load_column_is_users_or_the_mean_running_and_memory_is_the_kv_pool(
     code, out, err = cli(["serve", *H100_70B, "--plan", "tp=8", "--max-throughput", "--requests", "100"])
     head = out.split("────")[0]
     assert "running" in head and "(mean)" in head and "users" not in head
-    assert "memory: weights + the engine's KV pool" in " ".join(out.split())
+    assert "memory: weights + the engine's KV pool + a 2 GiB runtime reserve" in " ".join(out.split())
     one = _plan(cli, [*H100_70B, "--plan", "tp=8"])
     memory = one["memory_bytes"]
     # one request fills a sliver of the pool the engine allocated at start (TensorRT-LLM: 90% of the free memory)

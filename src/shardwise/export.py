@@ -136,9 +136,19 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
 RESIDUE_S = 1e-12
 
 
-def seconds_parts(parts: dict[str, Any]) -> dict[str, Any]:
-    """A breakdown in seconds for JSON, each scalar term under `RESIDUE_S` written 0.0."""
-    return {k: 0.0 if isinstance(v, float) and abs(v) < RESIDUE_S else v for k, v in parts.items()}
+def seconds_parts(parts: dict[str, Any], one_replica: bool = False) -> dict[str, Any]:
+    """A breakdown in seconds for JSON, each scalar term under `RESIDUE_S` written 0.0; with
+    `one_replica`, the tied embedding's sync under its own key (`crossover_parts.split_embedding_sync`)."""
+    from shardwise.analyses.crossover_parts import split_embedding_sync
+
+    out = {k: 0.0 if isinstance(v, float) and abs(v) < RESIDUE_S else v for k, v in parts.items()}
+    return split_embedding_sync(out, one_replica)
+
+
+def one_replica(plan: Any, model: Any) -> bool:
+    """One data-parallel replica of a dense model (every entry of an array plan): `dp_comm` is then
+    the tied embedding's sync only (`engines.result.StepBreakdown`)."""
+    return bool(np.all(np.asarray(plan.dp) * np.asarray(plan.cp) == 1)) and not model.is_moe
 
 
 def scenario_dict(scn: Scenario) -> dict[str, Any]:
@@ -155,7 +165,10 @@ def estimate_dict(est: TrainingEstimate) -> dict[str, Any]:
         "tokens_per_s": plain(est.tokens_per_s),
         **{k: plain(getattr(est, k)) for k in ("model_tflops_per_gpu", "model_tflops_per_gpu_full_attention")},
         **{k: plain(getattr(est, k)) for k in ("hardware_tflops_per_gpu", "mfu", "hfu", "bubble_fraction")},
-        "breakdown_s": seconds_parts({k: plain(v) for k, v in est.breakdown.as_dict().items()}),
+        "breakdown_s": seconds_parts(
+            {k: plain(v) for k, v in est.breakdown.as_dict().items()},
+            one_replica(est.scenario.plan, est.scenario.model),
+        ),
         "hidden_s": {k: plain(v) for k, v in est.hidden_comm_s.items()},
         "compute_parts_s": {k: plain(v) for k, v in est.compute_parts_s.items()},
         "memory_bytes": whole_bytes_parts(est.memory.as_dict()),
@@ -253,7 +266,8 @@ def _finite(value: Any) -> Any:
 
 
 def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
-    from shardwise.analyses.crossover import crossing_breakdown, describe_crossing
+    from shardwise.analyses.crossover import describe_crossing
+    from shardwise.analyses.crossover_parts import json_breakdown
     from shardwise.analyses.evaluate import recompute_label
     from shardwise.analyses.experiment import SI_UNIT
 
@@ -300,7 +314,7 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
                 "text": describe_crossing(c, result.variable),
                 # seconds per term of both plans at the switch point (null: a plan is invalid there),
                 # under the unit-bearing key `predict --json` uses for its terms
-                "breakdown_s": crossing_breakdown(result, c),
+                "breakdown_s": json_breakdown(result, c),
             }
             for c in result.crossings
         ],
@@ -308,7 +322,7 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
 
 
 def sweep_dict(result: Any, elapsed: float) -> dict[str, Any]:
-    from shardwise.analyses.evaluate import recompute_label
+    from shardwise.analyses.evaluate import layout_as_written, recompute_label
     from shardwise.analyses.experiment import SI_UNIT, column_values
 
     return {
@@ -329,6 +343,8 @@ def sweep_dict(result: Any, elapsed: float) -> dict[str, Any]:
         "wins_beside_invalid": result.wins_beside_invalid(),
         # what each training plan recomputes (`analyses.evaluate.recompute_label`; "" outside training)
         "recompute_by_plan": {p.label: recompute_label(result.experiment, p) for p in result.experiment.plans},
+        # each training plan's ZeRO stage and sequence parallelism as written (review 45 #2; {} outside training)
+        "layout_by_plan": {p.label: layout_as_written(result.experiment, p) for p in result.experiment.plans},
         "interval": {
             "level": 0.8,
             # calibrated: each point's own width (analyses.bands); else one width for all

@@ -19,7 +19,9 @@ the physical model disagrees:
 6. Section 4.1's worked example: 1 x 4096 x 4096 x 2 FLOP / 312e12 FLOP/s = 0.108 us, not ms;
    so the quoted 52% overhead is really 52,000%.
 7. "NVLink 600 GB/s" is A100's bidirectional total; a collective sees 300 GB/s per direction
-   (235 GB/s measured bus bandwidth).
+   (235 GB/s measured bus bandwidth). Its "PCIe ~32 GB/s" is one direction of PCIe 4.0 x16: the two
+   figures are on different conventions (`requests.textbook_links` hands a named link to these
+   formulas at both directions' total, as the NVLink figure).
 """
 
 from __future__ import annotations

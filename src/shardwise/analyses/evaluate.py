@@ -130,6 +130,16 @@ def recompute_label(exp: Experiment, plan: PlanSpec) -> str:
     return str(getattr(mode, "label", mode))
 
 
+def layout_as_written(exp: Experiment, plan: PlanSpec) -> dict[str, Any]:
+    """The ZeRO stage and sequence parallelism a training plan of crossover, sweep or sensitivity is
+    priced with: as its `zero=` and `sp=` keys say, else ZeRO-0 and SP off (the plan as written, not
+    the stack's defaults that predict and plan take, review 45 #2); {} outside training."""
+    if exp.workload != "train" or exp.cost_model == "textbook":
+        return {}
+    own = {**exp.plan_defaults, **plan.plan_kwargs()}
+    return {"zero_stage": int(own.get("zero_stage", 0)), "sequence_parallel": bool(own.get("sequence_parallel", False))}
+
+
 def _check_names(grid: Mapping[str, np.ndarray]) -> None:
     for name in grid:
         if name not in VARIABLES:

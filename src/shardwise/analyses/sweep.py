@@ -172,14 +172,17 @@ class SweepResult:
 
 def stack_columns(exp: Experiment, rows: int) -> Iterator[tuple[str, np.ndarray]]:
     """The stack priced, on every row of the table: `framework`, and for a training step
-    `recompute[PLAN]`, what each plan recomputes (`analyses.evaluate.recompute_label`)."""
-    from shardwise.analyses.evaluate import recompute_label
+    `recompute[PLAN]`, what each plan recomputes (`analyses.evaluate.recompute_label`), and its
+    `zero_stage[PLAN]` and `sequence_parallel[PLAN]` as written (`layout_as_written`)."""
+    from shardwise.analyses.evaluate import layout_as_written, recompute_label
 
     yield "framework", np.full(rows, str(exp.plan_defaults.get("framework") or "megatron-core"), dtype=object)
     for plan in exp.plans:
         label = recompute_label(exp, plan)
         if label:
             yield f"recompute[{plan.label}]", np.full(rows, label, dtype=object)
+        for key, value in layout_as_written(exp, plan).items():
+            yield f"{key}[{plan.label}]", np.full(rows, value)
 
 
 def run_sweep(

@@ -16,8 +16,9 @@ NEEDS_UNIT = {"bandwidth": "900GB/s", "latency": "2us", "peak_flops": "312TFLOPS
 
 
 def parse_vary(text: str) -> tuple[str, np.ndarray]:
-    """'batch=1..32' (every integer), 'bandwidth=1GB/s..900GB/s' (41 log-spaced points, ':N' for
-    N), 'layers=8,16,32' (a list), 'hidden=512..16384:x2' (doubling; a range of widths is rounded
+    """'batch=1..32' (every integer), 'batch=64..256:4' (N evenly spaced, rounded: 64, 128, 192, 256),
+    'bandwidth=1GB/s..900GB/s' (41 log-spaced points, ':N' for N: a rate, latency or peak spans decades),
+    'layers=8,16,32' (a list), 'hidden=512..16384:x2' (doubling; a range of widths is rounded
     to multiples of 128, `_whole_heads`). Returns SI values."""
     name, sep, spec = text.replace(" ", "").partition("=")
     if name.replace("-", "_") in ("micro_batch", "micro_batches", "mb"):  # m follows the batch
@@ -69,7 +70,9 @@ def _vary_values(name: str, spec: str) -> np.ndarray:
             n = int(count) if count else DEFAULT_POINTS
             if not 2 <= n <= MAX_VALUES:
                 raise SpecError(f"the number of points after ':' must be 2..{MAX_VALUES:,}, got {count}")
-            values = np.geomspace(lo, hi, n) if var.log else np.linspace(lo, hi, n)
+            # N points evenly spaced, rounded for a whole-number variable (batch=64..256:4 is 64, 128, 192,
+            # 256; review 45 #4); evenly on a log scale for the rates, which span decades (1GB/s..900GB/s)
+            values = np.geomspace(lo, hi, n) if var.log and not var.integer else np.linspace(lo, hi, n)
         if name == "hidden":
             values = _whole_heads(values, lo, hi)
             if np.unique(values).size < 2:  # the range collapsed to one width: nothing is swept

@@ -258,15 +258,10 @@ def _memory_note(result: Any, c: Any) -> str | None:
 def _part_labels(result: Any, plan: Any, at: float) -> dict[str, str]:
     """Names of the time's parts for `plan`; with one data-parallel replica (dp = cp = 1, a dense
     model) what remains of `dp_comm` is the tied embedding's gradient sync between the first and
-    last pipeline stage (`engines.result.StepBreakdown`), not data-parallel traffic."""
-    import numpy as np
+    last pipeline stage (`analyses.crossover.one_replica_at`), not data-parallel traffic."""
+    from shardwise.analyses.crossover_parts import one_replica_at
 
-    exp = result.experiment
-    gpus = at if result.variable == "gpus" else exp.gpus
-    _, _, dp = plan.degrees(gpus)  # gpus / (tp pp cp)
-    if not exp.model.is_moe and float(np.asarray(dp)) * dict(plan.options).get("cp", 1) == 1:
-        return {"dp_comm": "embedding sync"}
-    return {}
+    return {"dp_comm": "embedding sync"} if one_replica_at(result, plan, at) else {}
 
 
 def _print_worked_example(out: Any) -> None:

@@ -56,8 +56,13 @@ def presets(kind: str | None, name: str | None, as_json: bool) -> None:
             raise SpecError("presets show: give a preset NAME or a file (e.g. presets show dgx-h100)")
         from pathlib import Path
 
-        if Path(name).is_dir():  # was "no preset named" (review 37)
-            raise SpecError(f"presets show {name}: a folder; give one of its files (a YAML file or a config.json)")
+        if Path(name).is_dir() and registry.model_path(name) != name:  # a snapshot: its config.json, as --model
+            name = registry.model_path(name)
+        elif Path(name).is_dir():  # was "no preset named" (review 37)
+            raise SpecError(
+                f"presets show {name}: a folder without a config.json; give one of its files (a YAML file or a "
+                "config.json)"
+            )
         if _is_file_name(name):
             _show_file(registry, name, as_json)
         else:

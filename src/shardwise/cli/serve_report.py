@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.cli.serve_caps import cap_name, closed_loop_queue, engine_capped
+from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.requests.serve_notes import all_reduce_text, table_notes
 
 
@@ -139,7 +140,11 @@ def print_estimates(
 
 USERS_NOTE = "users: requests in flight, queued ones too"
 RUNNING_NOTE = "running: requests admitted, mean over time"
-POOL_NOTE = "memory: weights + the engine's KV pool"
+# the column is `ServingEstimate.total_bytes`: the reserve too (JSON `memory_bytes.runtime_reserve`; review 45 #10)
+POOL_NOTE = (
+    f"memory: weights + the engine's KV pool + a {RUNTIME_RESERVED_BYTES / 2**30:g} GiB runtime reserve "
+    "(CUDA context, workspaces, NCCL)"
+)
 # the parts of an iteration (or output token) as the report names them
 PART_NAMES = {"tp_comm": "tp comm", "pp_p2p": "pp sends", "pp_wait": "pp wait"}
 PP_WAIT_NOTE = (

@@ -243,4 +243,13 @@ def _stack_line(summary: dict[str, Any]) -> str:
         source = "--recompute" if summary.get("recompute_source") == "--recompute" else "the stack's default"
         plans = ", ".join(f"{p} {r}" for p, r in by_plan.items())
         line += f"; recompute ({source} where a plan's recompute= key does not say): {plans}"
+    own = summary.get("stack_layout")  # a training step: the layouts priced (review 45 #2)
+    if own:
+        from shardwise.requests.experiment import AS_WRITTEN
+
+        sp = "on" if own["sequence_parallel"] else "off"
+        line += (
+            f"; {AS_WRITTEN[:-1]}: {summary['framework']}'s sp={sp} where tp > 1 and zero={own['zero_stage']}; "
+            "add them to a --plan to price them)"
+        )
     return line

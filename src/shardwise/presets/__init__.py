@@ -247,7 +247,9 @@ def model(name: str, **overrides: Any) -> Model:
         if hf_config.states_own_fields(cfg):  # read as a model YAML file is
             key, data = _file_entry("models", name, cfg)
             return _in_file(name, loaders.model_from_dict, key, {**data, **overrides})
-        key = path.parent.name if path.stem == "config" and path.parent.name else path.stem
+        # a snapshot's config.json takes its folder's name, ./config.json too (review 45 #10: "config")
+        folder = path.resolve().parent.name
+        key = folder if path.stem == "config" and folder else path.stem
         fields = hf_config.read(path, cfg)
         hf_config.note_seq_len(fields, seq_len_given="seq_len" in overrides)
         return loaders.model_from_dict(key or "model", {**fields, **overrides})

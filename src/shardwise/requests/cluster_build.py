@@ -151,11 +151,13 @@ def build_cluster(o: dict[str, Any], notes: list[str], cal: Any = None) -> Any:
     cluster = loaders.cluster_from_parts(name, gpu, per_node, nodes, intra, inter if nodes > 1 or inter else None)
     if host_cpu != cluster.host_cpu:  # the system's host CPU: NCCL's network post per ring step
         cluster = cluster.with_(host_cpu=host_cpu)
+    from shardwise.physics.custom_allreduce import is_nvlink_class
+
+    if o.get("p2p") == "on" and is_nvlink_class(intra):  # accepted, but it changes nothing (review 45 #10)
+        notes.append(f"--p2p on: {intra.name} is NVLink-class, always peer-to-peer; --p2p applies to PCIe GPUs")
     if o.get("p2p") is not None:
         p2p = o["p2p"] == "on"
     if not p2p:
-        from shardwise.physics.custom_allreduce import is_nvlink_class
-
         if is_nvlink_class(intra):
             raise SpecError(
                 f"--p2p off: {intra.name} is NVLink-class, and NVLink is peer-to-peer; P2P off is for PCIe "
@@ -166,11 +168,8 @@ def build_cluster(o: dict[str, Any], notes: list[str], cal: Any = None) -> Any:
         nvls = o["nvls"] == "on"
     if not nvls:
         cluster = cluster.with_(nvls=False)
-    if not o.get("system") and per_node > SOCKET_GPUS:
-        from shardwise.physics.custom_allreduce import is_nvlink_class
-
-        if not is_nvlink_class(intra):
-            notes.append(_uniform_pcie_note(gpu.name, per_node))
+    if not o.get("system") and per_node > SOCKET_GPUS and not is_nvlink_class(intra):
+        notes.append(_uniform_pcie_note(gpu.name, per_node))
     return calibrated(cluster, cal, notes)
 
 

@@ -272,10 +272,12 @@ class SweepResult:
     def as_dict(self) -> dict[str, Any]:
         """The summary `sweep --json` prints."""
         from shardwise import export
+        from shardwise.requests.experiment import stack_layout_fields
 
         return {
             **export.sweep_dict(self.result, self.elapsed_s),
             **self.request.experiment.stack_fields(),  # the framework and recompute priced
+            **stack_layout_fields(self.request.experiment),  # predict's, not the plans' as written
             "notes": list(self.notes),
             "command": self.request.command(),
         }

@@ -132,11 +132,14 @@ def searched_zero(
 
 def priced_launch(est: Any, target: str, version: str | None) -> dict[str, Any]:
     """The launch of the priced plan by `target` (`emit.report.training_launch`): refused when the
-    plan, or what the tool runs of it, does not fit in the GPU's memory."""
-    from shardwise.emit import EmitError
+    plan, or what the tool runs of it, does not fit in the GPU's memory; what the tool cannot run at
+    all (a model outside torchtitan's registry, a precision it lacks) is refused first, since no
+    memory fix launches it (review 45 #8)."""
+    from shardwise.emit import EmitError, adapt
     from shardwise.emit.report import training_launch
     from shardwise.units import format_capacity
 
+    adapt(est.scenario, target, version)  # raises EmitError for what the tool cannot run
     capacity = float(est.scenario.cluster.gpu.memory_bytes)
     if not bool(est.fits_in_memory):
         plan = est.scenario.plan

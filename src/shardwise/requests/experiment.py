@@ -78,6 +78,10 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
         _check_default_links(hardware["gpu"].name, base.links)
     if not links:  # the textbook model takes the brief's figures literally
         links = BRIEF_LINKS if o["cost_model"] == "textbook" else base.links
+    if o["cost_model"] == "textbook":  # one convention: both directions' total, as the brief's NVLink
+        from shardwise.requests.textbook_links import textbook_links
+
+        links = textbook_links(links, o["links"], brief=links == BRIEF_LINKS)
     if o["cost_model"] == "textbook" and o["workload"] != "train":
         raise SpecError("--cost-model textbook prices only the brief's step (--workload train)")
     if o["workload"] in ("prefill", "decode") and o["micro_batch"] != 1:
@@ -165,6 +169,33 @@ def check_plans_valid(exp: Any, variable: str, values: Any, times: dict[str, Any
             )
 
 
+# what crossover, sweep and sensitivity price of a training plan's layout (`analyses.evaluate.layout_as_written`)
+AS_WRITTEN = (
+    "plans as written: sequence parallelism off, ZeRO-0 unless a plan says sp=on or zero=N (predict and plan "
+    "take the stack's)"
+)
+
+
+def stack_layout(framework: str | None) -> dict[str, Any]:
+    """The stack's own layout defaults that predict and plan take and a plan as written does not
+    (review 45 #2): sequence parallelism where tp > 1 (`framework_sequence_parallel`, None: on) and
+    the preset's ZeRO stage; `framework`: a preset's name or a framework file."""
+    from shardwise import presets
+    from shardwise.presets.stack_defaults import framework_sequence_parallel
+
+    stack = framework or "megatron-core"
+    return {
+        "sequence_parallel": framework_sequence_parallel(stack) is not False,
+        "zero_stage": int(presets.framework(stack)["zero_stage"]),
+    }
+
+
+def stack_layout_fields(req: Any) -> dict[str, Any]:
+    """sweep's JSON `stack_layout` (`stack_layout`) for a training step of an `ExperimentRequest`."""
+    train = req.workload == "train" and req.cost_model != "textbook"
+    return {"stack_layout": stack_layout(req.framework)} if train else {}
+
+
 def describe_experiment(exp: Any, variable: str | None = None, recompute: Any = None) -> str:
     """One paragraph: what was held fixed (the swept variable is named as such); `recompute`: the
     `presets.stack_defaults.RecomputeChoice` priced, named for a training step."""
@@ -180,19 +211,19 @@ def describe_experiment(exp: Any, variable: str | None = None, recompute: Any = 
         for lk in exp.links
     )
     if exp.cost_model == "textbook":
-        links = ", ".join(f"{lk.label} {lk.link.bandwidth_bytes_per_s / 1e9:g} GB/s" for lk in exp.links)
+        from shardwise.requests.textbook_links import textbook_links_words
+
         return (
             f"the brief's Section 7 formulas, verbatim: {fixed('layers', f'{m.layers} layers')}, "
             f"{fixed('hidden', f'hidden {m.hidden}')}, {exp.gpu.peak_flops_per_s_16bit / 1e12:g} TFLOP/s per GPU; "
-            f"batch = rows of X (tokens); PP micro-batch min(batch, 4); links as the brief states them: {links}"
+            f"batch = rows of X (tokens); PP micro-batch min(batch, 4); {textbook_links_words(exp.links)}"
         )
     stack = str(exp.plan_defaults.get("framework") or "megatron-core")
     if recompute is not None:
         stack = f"{stack}, recompute {recompute.words(0 if exp.model.is_moe else None)}"
         stack += " unless a plan says recompute=" if recompute.mode != "none" or recompute.every else ""
     work = {
-        "train": f"training step (forward + backward + optimizer) under {stack}; plans as written: sequence "
-        "parallelism off, ZeRO-0 unless a plan says sp=on or zero=N (predict and plan take the stack's)",
+        "train": f"training step (forward + backward + optimizer) under {stack}; {AS_WRITTEN}",
         "forward": "forward pass latency",
         "prefill": "serving: time to first token of the batch",
         "decode": "serving: time per output token",

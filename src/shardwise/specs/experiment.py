@@ -58,6 +58,8 @@ class LinkSpec:
 
     label: str
     link: Link
+    # how `--cost-model textbook` took the rate (`requests.textbook_links`): "" (the physical model)
+    basis: str = ""
 
 
 @dataclass(frozen=True)
