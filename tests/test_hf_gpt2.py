@@ -80,7 +80,10 @@ def test_only_the_autotuning_gpt2_rows_take_the_gpt2_ops_and_deepspeed_05s_zero1
         assert kw["hf_gpt2_ops"] and kw["zero1_grad_all_reduce"]
         assert not kw["overlap_grad_reduce"] and not kw["overlap_param_gather"]
         assert public_stacks.execution(r)[1].get("hf_gpt2_ops") is True
-    assert not any(public_stacks.execution(r)[1].get("hf_gpt2_ops") for r in others)
+    # hpcaitech's Lightning benchmark builds transformers' GPT2LMHeadModel too: the op chain, not DeepSpeed 0.5's step
+    lightning = [r for r in others if "hpcaitech/ColossalAI-Pytorch-lightning" in r["source"]]
+    assert lightning and all(public_overlap_recipes.plan_settings(r) == {"hf_gpt2_ops": True} for r in lightning)
+    assert not any(public_stacks.execution(r)[1].get("hf_gpt2_ops") for r in others if r not in lightning)
 
 
 def test_the_trainers_adamw_under_deepspeed_05s_step_moves_its_own_bytes_per_shard_parameter():
