@@ -93,9 +93,13 @@ def vllm_launch(
     max_num_seqs: int | None = None,
     asked: int | None = None,
     kv_tokens: int | None = None,
+    stored: object = None,
+    engine: str = "vllm",
 ) -> Launch:
-    """`vllm serve` for one replica of a serving plan (see `emit.vllm`)."""
-    from shardwise.emit import vllm
+    """The server (`engine`: vllm, sglang or trtllm) for one replica of a serving plan (see
+    `emit.vllm`, `emit.sglang`, `emit.trtllm`); `stored`: what its checkpoint stores (`emit.checkpoint`)."""
+    import importlib
 
-    version = _version("vllm", version)
-    return vllm.launch(scn, workload, model_id, version, max_batched_tokens, max_num_seqs, asked, kv_tokens)
+    module = importlib.import_module(f"shardwise.emit.{engine}")
+    version = _version(engine, version)
+    return module.launch(scn, workload, model_id, version, max_batched_tokens, max_num_seqs, asked, kv_tokens, stored)

@@ -226,13 +226,14 @@ class ServeRequest:
             budget = engine_budget(self.framework, float(cluster.gpu.memory_bytes), cluster.gpu.name)
         from shardwise.requests.precision import resolved
 
+        stored = self._checkpoint_weights(notes)
         try:
             kernel = FRAMEWORK_ALL_REDUCE.get(self.framework, "none") if self.custom_all_reduce else "none"
             workload = ServingWorkload(
                 DEFAULT_INPUT_LEN if self.input_len is None else self.input_len,
                 DEFAULT_OUTPUT_LEN if self.output_len is None else self.output_len,
                 DEFAULT_CONCURRENCY if self.concurrency is None else self.concurrency,
-                resolved(self.weight_precision, cluster.gpu, "--weight-precision", notes),
+                stored or resolved(self.weight_precision, cluster.gpu, "--weight-precision", notes),
                 resolved(self.kv_precision, cluster.gpu, "--kv-precision", None),  # one note, the weights'
                 runtime,
                 kernel,
@@ -246,7 +247,13 @@ class ServeRequest:
         from shardwise.engines.engine_attention import serving_attention_note
         from shardwise.engines.engine_formats import check_kv_format, check_weight_format
 
-        check_weight_format(self.framework, cluster.gpu, workload.weight_precision, "--weight-precision")
+        if stored is None:
+            check_weight_format(self.framework, cluster.gpu, workload.weight_precision, "--weight-precision")
+        else:  # the checkpoint's, which the user did not name
+            try:
+                check_weight_format(self.framework, cluster.gpu, stored, f"{self.target.model}'s quantization_config:")
+            except SpecError as exc:
+                raise SpecError(f"{exc} with --weight-precision (a checkpoint stored so)") from None
         check_kv_format(self.framework, cluster.gpu, workload.kv_precision, "--kv-precision", model)
         if (attention := serving_attention_note(self.framework, cluster.gpu)) is not None:
             notes.append(attention)
@@ -265,8 +272,27 @@ class ServeRequest:
 
         cut = domain_cut(cluster_options, cluster)  # a rack's NVLink domains cut by --num-gpus
         return ServeSetting(
-            model, cluster, tuple(specs), stages, workload, budget, mix, traffic, tuple(notes), found, cut
+            model, cluster, tuple(specs), stages, workload, budget, mix, traffic, tuple(notes), found, cut, stored
         )
+
+    def _checkpoint_weights(self, notes: list[str]) -> str | None:
+        """The weights' storage a config.json given as --model states (`hf_quant`), where no
+        --weight-precision is given: the default, said in a note; None otherwise."""
+        from shardwise.presets import is_hf_config
+
+        name = self.target.model
+        if self.weight_precision is not None or not name or not is_hf_config(name):
+            return None
+        from shardwise.hf_quant import config_checkpoint
+
+        found = config_checkpoint(name)
+        if found is None:
+            return None
+        notes.append(
+            f"weights {found.precision}: the checkpoint's, as {name}'s quantization_config states them "
+            f"({found.words()}); --weight-precision to price another"
+        )
+        return found.precision
 
     def run(self, progress: Any = None) -> ServeResult | TargetsResult:
         """Each plan priced (`ServeResult`), or with --ttft-max/--tpot-max the search
@@ -286,7 +312,8 @@ class ServeRequest:
 
         ttft, tpot = seconds_of(self.ttft_max, "--ttft-max"), seconds_of(self.tpot_max, "--tpot-max")
         pct = f"p{self.slo_percentile or '90'}"
-        choices = None if self.weight_precision is None else [(s.workload.weight_precision, s.workload.kv_precision)]
+        fixed = self.weight_precision is not None or s.checkpoint is not None  # given, or the checkpoint's
+        choices = [(s.workload.weight_precision, s.workload.kv_precision)] if fixed else None
         candidates = None
         if self.plans:
             candidates = [scenario_of(s.model, s.cluster, spec, s.stages) for spec in s.specs]
@@ -326,7 +353,8 @@ class ServeRequest:
             n_plans = len(self._searched_specs(s))
         else:
             n_plans = len(plans(int(s.cluster.num_gpus), s.cluster.gpus_per_node))
-        n_precisions = 1 if self.weight_precision is not None else len(precisions(s.cluster, self.framework))
+        fixed = self.weight_precision is not None or s.checkpoint is not None
+        n_precisions = 1 if fixed else len(precisions(s.cluster, self.framework))
         return n_plans * n_precisions
 
 
@@ -345,3 +373,4 @@ class ServeSetting:
     notes: tuple[str, ...]
     layouts: Any = None  # requests.serve_plans.Layouts: the plans given, or the machine's compared without --plan
     domain_cut: tuple[int, int] | None = None  # (GPUs per NVLink domain, as cut): `cluster_build.domain_cut`
+    checkpoint: str | None = None  # the weights' storage a config.json's quantization_config states, if taken
