@@ -59,7 +59,7 @@ SERVE_FIELDS = (
     _f("framework", "str", None, *SERVING_FRAMEWORKS),
     _f("custom_all_reduce", "bool", True),
     _f("with_frontier", "bool", False),
-    _f("emit", "str", None, "vllm"),
+    _f("emit", "str", None, "vllm", "sglang", "trtllm"),
     _f("hf_id", "str"),
 )
 DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_CONCURRENCY = 512, 128, 1
@@ -91,7 +91,7 @@ class ServeRequest:
     tpot_max: str | None = None
     slo_percentile: str | None = None  # None: 90; only with --ttft-max/--tpot-max
     runtime: str | None = None
-    framework: str | None = None  # None: tensorrt-llm, or vllm with --emit vllm (resolved below)
+    framework: str | None = None  # None: tensorrt-llm, or the --emit target's engine (resolved below)
     custom_all_reduce: bool = True
     with_frontier: bool = False
     emit: str | None = None
@@ -101,19 +101,21 @@ class ServeRequest:
         require(self, "target", TrainingRequest)
         F.normalize(self, SERVE_FIELDS, where=True)
         check_serve_fields(self)  # the ranges `serve` checks, before `.command()` can print them
-        if self.framework is None:  # --emit vllm prices the plans as the vLLM server it prints runs them
-            object.__setattr__(self, "framework", "vllm" if self.emit == "vllm" else "tensorrt-llm")
+        from shardwise.emit import SERVING_TARGETS
+
+        if self.framework is None:  # --emit X prices the plans as the X server it prints runs them
+            object.__setattr__(self, "framework", SERVING_TARGETS.get(str(self.emit), "tensorrt-llm"))
         object.__setattr__(self, "batching", resolved_batching(self))
         check_load_clash(self)  # the load flags that clash, before `.command()` can print them
         # flags that only qualify another: one line each where that other is missing
         if self.slo_percentile is not None and not self.targets:
             raise SpecError("--slo-percentile says which percentile --ttft-max/--tpot-max bound; add one of them")
         if self.hf_id is not None and self.emit is None:
-            raise SpecError("--hf-id names the checkpoint the --emit vllm server loads; add --emit vllm")
-        if self.emit == "vllm" and self.framework != "vllm":
+            raise SpecError("--hf-id names the checkpoint the --emit server loads; add --emit vllm, sglang or trtllm")
+        if self.emit is not None and self.framework != (engine := SERVING_TARGETS[self.emit]):
             raise SpecError(
-                f"--emit vllm prints vLLM servers, but --framework {self.framework} prices the plans as "
-                f"{self.framework} runs them (KV-cache rule, chunk budget, all-reduce kernel); use --framework vllm"
+                f"--emit {self.emit} prints {engine} servers, but --framework {self.framework} prices the plans as "
+                f"{self.framework} runs them (KV-cache rule, chunk budget, all-reduce kernel); use --framework {engine}"
             )
 
     # --- ways in and out -----------------------------------------------------------------------

@@ -372,12 +372,14 @@ def _launch(est: Any, emit: str | None, model_id: str | None, stored: Any = None
         ).as_dict()
     # in-flight: the chunk budget it was priced with, and the sequences a replica ran at once
     # (`engines.inflight.InflightEstimate.running_per_replica`)
+    # TensorRT-LLM's max_batch_size: the one its buffers and slots were priced with (trtllm-bench's)
+    seqs = int(est.max_sequences) if emit == "trtllm" and getattr(est, "max_sequences", 0) else est.running_per_replica
     return vllm_launch(
         est.scenario,
         est.workload,
         model_id,
         max_batched_tokens=int(est.max_batched_tokens),
-        max_num_seqs=est.running_per_replica,
+        max_num_seqs=seqs,
         asked=est.users,
         kv_tokens=kv_tokens,
         stored=stored,
