@@ -110,6 +110,12 @@ def test_serve_prices_the_checkpoints_weights_unless_told_otherwise(cli, config)
     code, out, err = cli([*SERVE, "--model", path, "--weight-precision", "fp8"])  # the user's wins
     assert code == 0 and json.loads(out)["workload"]["weight_precision"] == "fp8"
     assert "the checkpoint's" not in err
+    from shardwise.hf_quant import config_checkpoint
+
+    wrapper = config(None, "wrapper")  # a multimodal wrapper's, in its text_config (moonshotai/Kimi-K2.5)
+    with open(wrapper, "w") as f:
+        json.dump({"model_type": "kimi_k25", "text_config": {**LLAMA_8B, "quantization_config": QUANT["ct-w4a16"]}}, f)
+    assert config_checkpoint(wrapper).precision == "int4"
     code, out, err = cli([*SERVE, "--model", config(None, "plain")])  # no quantization_config: 16 bits
     assert code == 0 and json.loads(out)["workload"]["weight_precision"] == "bf16"
 

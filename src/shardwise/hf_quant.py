@@ -146,12 +146,15 @@ def _shape(q: dict[str, Any]) -> str:
 
 
 def config_checkpoint(path: str | Path) -> Checkpoint | None:
-    """`checkpoint` of the config.json at `path` (its own quantization_config; a multimodal
-    wrapper states it at the top, not in its text_config)."""
+    """`checkpoint` of the config.json at `path`: its own quantization_config, else its text_config's
+    (a multimodal wrapper may state it there: moonshotai/Kimi-K2.5, compressed-tensors int4 experts)."""
     from shardwise import hf_config
 
     p = Path(path)
-    return checkpoint(hf_config.load(p), p.name)
+    cfg = hf_config.load(p)
+    if isinstance(cfg, dict) and "quantization_config" not in cfg and isinstance(cfg.get("text_config"), dict):
+        cfg = cfg["text_config"]
+    return checkpoint(cfg, p.name)
 
 
 def model_checkpoint(name: str | None) -> Checkpoint | None:
