@@ -125,8 +125,8 @@ serving_options = _stack(
         "--weight-precision",
         type=click.Choice(PRECISIONS, case_sensitive=False),
         help="Storage of the weights (fp8 also computes in FP8 where the GPU can; nvfp4/mxfp4 in FP4 on "
-        "Blackwell, elsewhere weight-only with 16-bit GEMMs). [default: bf16; with --ttft-max/--tpot-max: "
-        "searched over what the GPU computes in]",
+        "Blackwell, elsewhere weight-only with 16-bit GEMMs). [default: bf16; a config.json --model's "
+        "quantization_config; with --ttft-max/--tpot-max: searched over what the GPU computes in]",
     ),
     click.option(
         "--kv-precision",
