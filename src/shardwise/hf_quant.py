@@ -140,8 +140,8 @@ def _pair(v: Any) -> bool:
 
 
 def _shape(q: dict[str, Any]) -> str:
-    keys = ("bits", "load_in_4bit", "load_in_8bit", "quant_algo", "config_groups")
-    shown = [f"{k} {q[k]!r}" for k in keys if k in q and k != "config_groups"]
+    """The fields that made a known method unreadable ('bits 3'), for the refusal."""
+    shown = [f"{k} {q[k]!r}" for k in ("bits", "load_in_4bit", "load_in_8bit", "quant_algo") if k in q]
     return ", ".join(shown) or "these fields"
 
 
