@@ -270,7 +270,7 @@ def test_a_table_with_requests_longer_than_the_context_is_noted(cli, tmp_path):
     ("extra", "message"),
     [
         (["--slo-percentile", "99"], "--slo-percentile says which percentile --ttft-max/--tpot-max bound"),
-        (["--hf-id", "org/model"], "--hf-id names the checkpoint the --emit vllm server loads"),
+        (["--hf-id", "org/model"], "--hf-id names the checkpoint the --emit server loads"),
         (["--with-frontier"], "--with-frontier adds each plan's frontier to --json"),
     ],
 )

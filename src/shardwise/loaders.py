@@ -288,7 +288,7 @@ def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
     if family not in FAMILIES:
         raise SpecError(f"model {name!r}: family {family!r} is not allowed; choose one of {', '.join(FAMILIES)}")
     kwargs: dict[str, Any] = dict(FAMILIES[family])
-    known = (*_MODEL_INTS, *_MODEL_FLAGS, "family", "hybrid_pattern", "hf_id", "architecture")
+    known = (*_MODEL_INTS, *_MODEL_FLAGS, "family", "hybrid_pattern", "hf_id", "hf_weights", "architecture")
     known = (*known, "rope_theta", "rope_local_theta", "activation")
     unknown = [k for k in data if k not in _IGNORED and k not in known]
     if len(unknown) > 1:  # every misspelt key, in one line (review 44: a second typo went unreported)
@@ -300,6 +300,13 @@ def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
         if key == "hf_id":  # what a serving engine loads (`presets.model_hf_id`); not a Model field
             if not isinstance(value, str) or value.count("/") != 1:
                 raise SpecError(f"model {name!r}: hf_id: {value!r} must be a Hugging Face id, ORG/NAME")
+            continue
+        if key == "hf_weights":  # what the hf_id's checkpoint stores (`hf_quant.model_checkpoint`); not a Model field
+            from shardwise.precisions import STORAGE_PRECISIONS
+
+            if value not in STORAGE_PRECISIONS:
+                allowed = ", ".join(STORAGE_PRECISIONS)
+                raise SpecError(f"model {name!r}: hf_weights: {value!r} is not allowed; choose one of {allowed}")
             continue
         if key in _MODEL_INTS:
             try:

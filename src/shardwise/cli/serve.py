@@ -125,8 +125,8 @@ serving_options = _stack(
         "--weight-precision",
         type=click.Choice(PRECISIONS, case_sensitive=False),
         help="Storage of the weights (fp8 also computes in FP8 where the GPU can; nvfp4/mxfp4 in FP4 on "
-        "Blackwell, elsewhere weight-only with 16-bit GEMMs). [default: bf16; with --ttft-max/--tpot-max: "
-        "searched over what the GPU computes in]",
+        "Blackwell, elsewhere weight-only with 16-bit GEMMs). [default: bf16; a config.json --model's "
+        "quantization_config; with --ttft-max/--tpot-max: searched over what the GPU computes in]",
     ),
     click.option(
         "--kv-precision",
@@ -158,7 +158,7 @@ serving_options = _stack(
         "sglang and llama.cpp run CUDA graphs, fastertransformer cpp-eager, pytorch pytorch-eager), all-reduce "
         "kernel, KV-cache memory rule (TensorRT-LLM 90% of the free memory, vLLM 90% of the GPU, SGLang "
         "mem_fraction_static), chunked-prefill budget, per-stage cost of pipeline parallelism. "
-        "[default: tensorrt-llm; vllm with --emit vllm]",
+        "[default: tensorrt-llm; --emit's engine with --emit]",
     ),
     click.option(
         "--custom-all-reduce/--no-custom-all-reduce",
@@ -204,14 +204,15 @@ serving_options = _stack(
 )
 @click.option(
     "--emit",
-    type=click.Choice(["vllm"], case_sensitive=False),
-    help="Also print each plan's `vllm serve` command (docs/emit/vllm.md); a plan that does not fit is refused.",
+    type=click.Choice(["vllm", "sglang", "trtllm"], case_sensitive=False),
+    help="Also print each plan's server command: `vllm serve`, `python -m sglang.launch_server`, `trtllm-serve` "
+    "(docs/emit/vllm.md, sglang.md, trtllm.md); a plan that does not fit is refused.",
 )
 @click.option(
     "--hf-id",
     metavar="ORG/NAME|DIR",
-    help="With --emit vllm: the checkpoint vLLM loads (needed unless --model is a config.json, whose directory it "
-    "takes).",
+    help="With --emit: the checkpoint the server loads (needed unless --model is a config.json, whose directory "
+    "it takes, or a preset whose checkpoint stores the weights priced).",
 )
 def serve(
     frontier_path: str | None,

@@ -1,8 +1,8 @@
-"""Launch commands for a priced plan (`plan --emit TARGET`, `predict --emit TARGET`, `serve --emit vllm`).
+"""Launch commands for a priced plan (`plan --emit TARGET`, `predict --emit TARGET`, `serve --emit vllm|sglang|trtllm`).
 
 One module per target turns a Scenario into a `Launch` (environment, launcher, the tool's
 arguments, files, what the user still adds): `megatron`, `torchtitan`, `deepspeed` for training,
-`vllm` for serving. Each training target first `adapt`s the plan to what the tool will run
+`vllm`, `sglang` and `trtllm` for serving. Each training target first `adapt`s the plan to what the tool will run
 (refusing, with one line naming the part, what it cannot run at all); when that changes the
 plan, the command line re-prices it and shows both. tools/check_emit.py runs the real tools'
 own argument parsing and validation on what these modules emit (docs/emit/).
@@ -30,7 +30,9 @@ TARGET_STACKS = {
     "torchtitan": ("torchtitan-compile", "torchtitan"),
     "deepspeed": ("megatron-deepspeed",),
 }
-TARGETS = (*TRAINING_TARGETS, "vllm")
+# serving targets: the launch each prints, by the serving framework its plans are priced as
+SERVING_TARGETS = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt-llm"}
+TARGETS = (*TRAINING_TARGETS, *SERVING_TARGETS)
 
 __all__ = [
     "TARGETS",
@@ -46,9 +48,10 @@ __all__ = [
 
 
 def _module(target: str) -> ModuleType:
-    from shardwise.emit import deepspeed, megatron, torchtitan, vllm
+    from shardwise.emit import deepspeed, megatron, sglang, torchtitan, trtllm, vllm
 
     mods = {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed, "vllm": vllm}
+    mods |= {"sglang": sglang, "trtllm": trtllm}
     if target not in mods:
         raise EmitError(f"--emit: {target!r} is not allowed; choose {', '.join(TARGETS)}")
     return mods[target]
@@ -97,10 +100,12 @@ def vllm_launch(
     max_num_seqs: int | None = None,
     asked: int | None = None,
     kv_pool: KvPool | None = None,
+    stored: object = None,
+    engine: str = "vllm",
 ) -> Launch:
-    """`vllm serve` for one replica of a serving plan (see `emit.vllm`); `kv_pool`: its KV cache in
-    vLLM's blocks (`emit.vllm_kv.kv_pool`)."""
-    from shardwise.emit import vllm
-
-    version = _version("vllm", version)
-    return vllm.launch(scn, workload, model_id, version, max_batched_tokens, max_num_seqs, asked, kv_pool)
+    """The server (`engine`: vllm, sglang or trtllm) for one replica of a serving plan (see
+    `emit.vllm`, `emit.sglang`, `emit.trtllm`); `kv_pool`: its KV cache in vLLM's blocks
+    (`emit.vllm_kv.kv_pool`); `stored`: what its checkpoint stores (`emit.checkpoint`)."""
+    module = _module(engine)
+    version = _version(engine, version)
+    return module.launch(scn, workload, model_id, version, max_batched_tokens, max_num_seqs, asked, kv_pool, stored)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardwise.emit.checkpoint import check_stored
 from shardwise.emit.facts import i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, Node, Var, flag_groups
 from shardwise.emit.vllm_kv import KvPool
@@ -126,6 +127,7 @@ def launch(
     max_num_seqs: int | None = None,
     asked: int | None = None,
     kv_pool: KvPool | None = None,
+    stored: Any = None,
 ) -> Launch:
     """The server of one replica for the priced serving estimate's scenario and workload. Under
     in-flight batching `max_batched_tokens` is the chunk budget it was priced with and
@@ -133,7 +135,8 @@ def launch(
     plan is a static batch: its prompts prefilled at once, every sequence at once. `asked`: the
     requests in flight the estimate was asked for (--concurrency), where they size --max-num-seqs.
     `kv_pool`: one replica's KV cache as priced, in vLLM's blocks (`emit.vllm_kv`); --max-model-len is
-    the model's context where they hold it (`max_model_len`)."""
+    the model's context where they hold it (`max_model_len`). `stored`: what the checkpoint stores
+    (`emit.checkpoint.Stored`; None: the user named it), refused where it is not what was priced."""
     m, p, wl = scn.model, scn.plan, workload
     if not model_id:
         raise EmitError(
@@ -141,6 +144,7 @@ def launch(
             "a model file without `hf_id: ORG/NAME`, or a preset a flag reshaped); give --hf-id ORG/NAME "
             "(or --model path/to/config.json)"
         )
+    check_stored("vllm", model_id, wl.weight_precision, stored)  # a pre-quantised one is read from its config
     if wl.kv_precision not in KV_DTYPES:
         allowed = ", ".join(KV_DTYPES)
         raise EmitError(
@@ -231,7 +235,7 @@ def launch(
         ("--max-num-batched-tokens", str(int(budget))),
         ("--kv-cache-dtype", KV_DTYPES[wl.kv_precision]),
         ("--quantization", WEIGHT_QUANTIZATION[wl.weight_precision])
-        if wl.weight_precision in WEIGHT_QUANTIZATION
+        if wl.weight_precision in WEIGHT_QUANTIZATION and not (stored and stored.quantised)
         else None,
         ("--data-parallel-size", str(dp)) if dp_attention else None,
         ("--data-parallel-address", HEAD_ADDR) if nodes else None,

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 LIKE_KINDS = ("models", "gpus")
 # what a file does not take from its built-in: its words, and the checkpoint a serving engine loads
 # (`hf_id`: a file's model is another model, whose weights the built-in's id does not hold)
-NOT_INHERITED = ("source", "notes", "name", "kind", "description", "hf_id")
+NOT_INHERITED = ("source", "notes", "name", "kind", "description", "hf_id", "hf_weights")
 
 
 def with_like(

@@ -55,3 +55,19 @@ def model_hf_id(name: str) -> str | None:
         return None
     found = data.get("hf_id")
     return str(found) if found else None
+
+
+def model_hf_weights(name: str) -> str | None:
+    """What the checkpoint a model preset's `hf_id` names stores its layers' weights in (`hf_weights`
+    in models.yaml, given where not 16-bit: DeepSeek-V3's and Kimi K2's FP8 blocks, gpt-oss's MXFP4
+    experts), or None."""
+    from shardwise.presets import _lookup
+
+    if is_hf_config(name):
+        return None
+    try:
+        _, data = _lookup("models", name)
+    except SpecError:
+        return None
+    found = data.get("hf_weights")
+    return str(found) if found else None

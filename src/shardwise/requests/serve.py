@@ -59,7 +59,7 @@ SERVE_FIELDS = (
     _f("framework", "str", None, *SERVING_FRAMEWORKS),
     _f("custom_all_reduce", "bool", True),
     _f("with_frontier", "bool", False),
-    _f("emit", "str", None, "vllm"),
+    _f("emit", "str", None, "vllm", "sglang", "trtllm"),
     _f("hf_id", "str"),
 )
 DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_CONCURRENCY = 512, 128, 1
@@ -91,7 +91,7 @@ class ServeRequest:
     tpot_max: str | None = None
     slo_percentile: str | None = None  # None: 90; only with --ttft-max/--tpot-max
     runtime: str | None = None
-    framework: str | None = None  # None: tensorrt-llm, or vllm with --emit vllm (resolved below)
+    framework: str | None = None  # None: tensorrt-llm, or the --emit target's engine (resolved below)
     custom_all_reduce: bool = True
     with_frontier: bool = False
     emit: str | None = None
@@ -101,19 +101,21 @@ class ServeRequest:
         require(self, "target", TrainingRequest)
         F.normalize(self, SERVE_FIELDS, where=True)
         check_serve_fields(self)  # the ranges `serve` checks, before `.command()` can print them
-        if self.framework is None:  # --emit vllm prices the plans as the vLLM server it prints runs them
-            object.__setattr__(self, "framework", "vllm" if self.emit == "vllm" else "tensorrt-llm")
+        from shardwise.emit import SERVING_TARGETS
+
+        if self.framework is None:  # --emit X prices the plans as the X server it prints runs them
+            object.__setattr__(self, "framework", SERVING_TARGETS.get(str(self.emit), "tensorrt-llm"))
         object.__setattr__(self, "batching", resolved_batching(self))
         check_load_clash(self)  # the load flags that clash, before `.command()` can print them
         # flags that only qualify another: one line each where that other is missing
         if self.slo_percentile is not None and not self.targets:
             raise SpecError("--slo-percentile says which percentile --ttft-max/--tpot-max bound; add one of them")
         if self.hf_id is not None and self.emit is None:
-            raise SpecError("--hf-id names the checkpoint the --emit vllm server loads; add --emit vllm")
-        if self.emit == "vllm" and self.framework != "vllm":
+            raise SpecError("--hf-id names the checkpoint the --emit server loads; add --emit vllm, sglang or trtllm")
+        if self.emit is not None and self.framework != (engine := SERVING_TARGETS[self.emit]):
             raise SpecError(
-                f"--emit vllm prints vLLM servers, but --framework {self.framework} prices the plans as "
-                f"{self.framework} runs them (KV-cache rule, chunk budget, all-reduce kernel); use --framework vllm"
+                f"--emit {self.emit} prints {engine} servers, but --framework {self.framework} prices the plans as "
+                f"{self.framework} runs them (KV-cache rule, chunk budget, all-reduce kernel); use --framework {engine}"
             )
 
     # --- ways in and out -----------------------------------------------------------------------
@@ -226,13 +228,14 @@ class ServeRequest:
             budget = engine_budget(self.framework, float(cluster.gpu.memory_bytes), cluster.gpu.name)
         from shardwise.requests.precision import resolved
 
+        stored = self._checkpoint_weights(notes)
         try:
             kernel = FRAMEWORK_ALL_REDUCE.get(self.framework, "none") if self.custom_all_reduce else "none"
             workload = ServingWorkload(
                 DEFAULT_INPUT_LEN if self.input_len is None else self.input_len,
                 DEFAULT_OUTPUT_LEN if self.output_len is None else self.output_len,
                 DEFAULT_CONCURRENCY if self.concurrency is None else self.concurrency,
-                resolved(self.weight_precision, cluster.gpu, "--weight-precision", notes),
+                stored or resolved(self.weight_precision, cluster.gpu, "--weight-precision", notes),
                 resolved(self.kv_precision, cluster.gpu, "--kv-precision", None),  # one note, the weights'
                 runtime,
                 kernel,
@@ -246,7 +249,13 @@ class ServeRequest:
         from shardwise.engines.engine_attention import serving_attention_note
         from shardwise.engines.engine_formats import check_kv_format, check_weight_format
 
-        check_weight_format(self.framework, cluster.gpu, workload.weight_precision, "--weight-precision")
+        if stored is None:
+            check_weight_format(self.framework, cluster.gpu, workload.weight_precision, "--weight-precision")
+        else:  # the checkpoint's, which the user did not name
+            try:
+                check_weight_format(self.framework, cluster.gpu, stored, f"{self.target.model}'s quantization_config:")
+            except SpecError as exc:
+                raise SpecError(f"{exc} with --weight-precision (a checkpoint stored so)") from None
         check_kv_format(self.framework, cluster.gpu, workload.kv_precision, "--kv-precision", model)
         if (attention := serving_attention_note(self.framework, cluster.gpu)) is not None:
             notes.append(attention)
@@ -265,8 +274,27 @@ class ServeRequest:
 
         cut = domain_cut(cluster_options, cluster)  # a rack's NVLink domains cut by --num-gpus
         return ServeSetting(
-            model, cluster, tuple(specs), stages, workload, budget, mix, traffic, tuple(notes), found, cut
+            model, cluster, tuple(specs), stages, workload, budget, mix, traffic, tuple(notes), found, cut, stored
         )
+
+    def _checkpoint_weights(self, notes: list[str]) -> str | None:
+        """The weights' storage a config.json given as --model states (`hf_quant`), where no
+        --weight-precision is given: the default, said in a note; None otherwise."""
+        from shardwise.presets import is_hf_config
+
+        name = self.target.model
+        if self.weight_precision is not None or not name or not is_hf_config(name):
+            return None
+        from shardwise.hf_quant import config_checkpoint
+
+        found = config_checkpoint(name)
+        if found is None:
+            return None
+        notes.append(
+            f"weights {found.precision}: the checkpoint's, as {name}'s quantization_config states them "
+            f"({found.words()}); --weight-precision to price another"
+        )
+        return found.precision
 
     def run(self, progress: Any = None) -> ServeResult | TargetsResult:
         """Each plan priced (`ServeResult`), or with --ttft-max/--tpot-max the search
@@ -286,7 +314,8 @@ class ServeRequest:
 
         ttft, tpot = seconds_of(self.ttft_max, "--ttft-max"), seconds_of(self.tpot_max, "--tpot-max")
         pct = f"p{self.slo_percentile or '90'}"
-        choices = None if self.weight_precision is None else [(s.workload.weight_precision, s.workload.kv_precision)]
+        fixed = self.weight_precision is not None or s.checkpoint is not None  # given, or the checkpoint's
+        choices = [(s.workload.weight_precision, s.workload.kv_precision)] if fixed else None
         candidates = None
         if self.plans:
             candidates = [scenario_of(s.model, s.cluster, spec, s.stages) for spec in s.specs]
@@ -326,7 +355,8 @@ class ServeRequest:
             n_plans = len(self._searched_specs(s))
         else:
             n_plans = len(plans(int(s.cluster.num_gpus), s.cluster.gpus_per_node))
-        n_precisions = 1 if self.weight_precision is not None else len(precisions(s.cluster, self.framework))
+        fixed = self.weight_precision is not None or s.checkpoint is not None
+        n_precisions = 1 if fixed else len(precisions(s.cluster, self.framework))
         return n_plans * n_precisions
 
 
@@ -345,3 +375,4 @@ class ServeSetting:
     notes: tuple[str, ...]
     layouts: Any = None  # requests.serve_plans.Layouts: the plans given, or the machine's compared without --plan
     domain_cut: tuple[int, int] | None = None  # (GPUs per NVLink domain, as cut): `cluster_build.domain_cut`
+    checkpoint: str | None = None  # the weights' storage a config.json's quantization_config states, if taken

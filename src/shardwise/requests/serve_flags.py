@@ -112,7 +112,9 @@ def check_load_clash(req: Any) -> None:
     used to construct and fail only in `.run()`), as `serve` refuses the same flags."""
     if req.targets:  # checked before any search starts
         if req.emit:
-            raise SpecError("--emit vllm prints the servers of --plan estimates; drop --ttft-max/--tpot-max to emit")
+            raise SpecError(
+                f"--emit {req.emit} prints the servers of --plan estimates; drop --ttft-max/--tpot-max to emit"
+            )
         if req.batching == "static" or req.max_throughput or req.request_rate is not None:
             raise SpecError(
                 "--ttft-max/--tpot-max search loads under in-flight batching: drop --batching static, "

@@ -133,4 +133,4 @@ def check_mix_flags(
     if targets:
         raise SpecError(f"--ttft-max/--tpot-max search fixed lengths; drop --lengths {mix.name}")
     if emit:
-        raise SpecError(f"--emit vllm sizes the server for fixed lengths; drop --lengths {mix.name}")
+        raise SpecError(f"--emit {emit} sizes the server for fixed lengths; drop --lengths {mix.name}")

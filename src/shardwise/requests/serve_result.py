@@ -4,6 +4,7 @@ commands asked for, and the JSON `serve --json` prints."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -176,7 +177,8 @@ def priced(request: Any, s: Any, progress: Callable[..., Any] | None = None) -> 
     if request.emit:
         reshaped = any(getattr(request.target, k, None) is not None for k in RESHAPING)
         model_id = _model_id(request.target.model, request.hf_id, reshaped)
-        launches = {label: _launch(est, request.emit, model_id) for label, est in rows}
+        stored = None if request.hf_id else _stored(request.target.model)
+        launches = {label: _launch(est, request.emit, model_id, stored) for label, est in rows}
     from functools import partial
 
     scaling = partial(_scaling, request, s, rows, progress, built)
@@ -331,7 +333,26 @@ def _model_id(model: str | None, hf_id: str | None, reshaped: bool = False) -> s
     return model_hf_id(name) if name and not reshaped else None
 
 
-def _launch(est: Any, emit: str | None, model_id: str | None) -> dict[str, Any] | None:
+def _stored(model: str | None) -> Any:
+    """What the checkpoint `_model_id` finds for --model stores (`emit.checkpoint.Stored`): a
+    config.json's quantization_config, a preset's hf_weights, else 16 bits."""
+    from shardwise.emit.checkpoint import Stored
+    from shardwise.hf_quant import model_checkpoint
+    from shardwise.presets import is_hf_config
+
+    try:
+        found = model_checkpoint(model)
+    except SpecError as exc:  # a quant_method not read: what the server loads is not known here
+        raise SpecError(
+            f"{str(exc).partition('; give')[0]}, so the launch could load other weights than priced; "
+            "give --hf-id ORG/NAME (or a local directory) to launch it as named"
+        ) from None
+    if model and is_hf_config(model):
+        return Stored(found and found.precision, f"{os.path.basename(model)}'s quantization_config")
+    return Stored(found and found.precision, "the preset's hf_id" if found is None else "the preset's hf_weights")
+
+
+def _launch(est: Any, emit: str | None, model_id: str | None, stored: Any = None) -> dict[str, Any] | None:
     """The `vllm serve` of one priced plan (a dict: `Launch.as_dict`); a plan that does not fit is refused."""
     if emit is None:
         return None
@@ -340,22 +361,28 @@ def _launch(est: Any, emit: str | None, model_id: str | None) -> dict[str, Any] 
     if not bool(est.fits_in_memory):
         per_replica = -(-int(est.workload.batch) // int(est.scenario.plan.dp))
         raise EmitError(
-            f"--emit vllm: the plan tp={int(est.scenario.plan.tp)} pp={int(est.scenario.plan.pp)} does not fit in "
+            f"--emit {emit}: the plan tp={int(est.scenario.plan.tp)} pp={int(est.scenario.plan.pp)} does not fit in "
             f"memory: a replica holds {int(est.max_batch)} of its {per_replica} sequences; not emitted"
         )
     from shardwise.emit.vllm_kv import kv_pool
 
-    pool = kv_pool(est)  # a replica's KV cache in vLLM's blocks: what --max-model-len must fit
+    pool = (
+        kv_pool(est) if emit == "vllm" else None
+    )  # a replica's KV cache in vLLM's blocks: what --max-model-len must fit
     if getattr(est, "batching", "static") != "inflight":
-        return vllm_launch(est.scenario, est.workload, model_id, kv_pool=pool).as_dict()
+        return vllm_launch(est.scenario, est.workload, model_id, kv_pool=pool, stored=stored, engine=emit).as_dict()
     # in-flight: the chunk budget it was priced with, and the sequences a replica ran at once
     # (`engines.inflight.InflightEstimate.running_per_replica`)
+    # TensorRT-LLM's max_batch_size: the one its buffers and slots were priced with (trtllm-bench's)
+    seqs = int(est.max_sequences) if emit == "trtllm" and getattr(est, "max_sequences", 0) else est.running_per_replica
     return vllm_launch(
         est.scenario,
         est.workload,
         model_id,
         max_batched_tokens=int(est.max_batched_tokens),
-        max_num_seqs=est.running_per_replica,
+        max_num_seqs=seqs,
         asked=est.users,
         kv_pool=pool,
+        stored=stored,
+        engine=emit,
     ).as_dict()

@@ -1,0 +1,53 @@
+"""Whether the checkpoint a serving launch loads stores the weights that were priced (review 45 #5).
+
+A launch's model id is the user's `--hf-id` (taken as named: its storage is not known here), the
+directory of a config.json given as --model (its `quantization_config`: `hf_quant`), or a preset's
+`hf_id` (16-bit, or its `hf_weights`). A server loads what the checkpoint stores: weights priced in
+int4 but launched from a bf16 checkpoint run at 16 bits, with a smaller KV cache and another speed.
+The one conversion a server makes itself at load is 16 bits to FP8 (`ONLINE`), where its flag for it
+is written: vLLM's and SGLang's `--quantization fp8` (vLLM `Fp8Config` with
+`is_checkpoint_fp8_serialized` false; SGLang `server_args.py` `--quantization fp8`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shardwise.emit.launch import EmitError
+
+# what each engine's launch converts 16-bit weights to at load, by its own flag
+ONLINE = {"vllm": ("fp8",), "sglang": ("fp8",), "trtllm": ()}
+SIXTEEN = ("bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What the launched checkpoint stores its layers' weights in: `precision` (None: 16 bits) and
+    where that is known from (`where`: "the preset's hf_id", "config.json's quantization_config")."""
+
+    precision: str | None
+    where: str
+
+    @property
+    def quantised(self) -> bool:
+        return self.precision is not None and self.precision not in SIXTEEN
+
+
+def check_stored(engine: str, model_id: str, priced: str, stored: Stored | None) -> None:
+    """An EmitError (one line) where the checkpoint `model_id` stores other weights than the `priced`
+    ones and `engine`'s launch does not convert them; `stored` None: the user named the checkpoint."""
+    if stored is None:
+        return
+    has = stored.precision or "16-bit"
+    if not stored.quantised:
+        if priced in SIXTEEN or priced in ONLINE[engine]:
+            return
+    elif priced == stored.precision:
+        return
+    fix = f"give --hf-id ORG/NAME of a checkpoint stored in {priced}" if priced not in SIXTEEN else "give --hf-id"
+    if stored.quantised:
+        fix = f"price --weight-precision {stored.precision}, or {fix}"
+    raise EmitError(
+        f"--emit {engine}: weights priced in {priced}, but {model_id} ({stored.where}) stores {has} weights, "
+        f"which the server would load as they are; {fix}"
+    )
