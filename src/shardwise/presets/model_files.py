@@ -45,22 +45,18 @@ def model_family_note(name: str | None) -> str | None:
 def model_hf_id(name: str) -> str | None:
     """The Hugging Face id a model preset (or a model file of shardwise's own fields) names (`hf_id` in models.yaml),
     or None: a config.json, or a preset whose source names none."""
-    from shardwise.presets import _lookup
-
-    if is_hf_config(name):
-        return None
-    try:
-        _, data = _lookup("models", name)
-    except SpecError:
-        return None
-    found = data.get("hf_id")
-    return str(found) if found else None
+    return _model_field(name, "hf_id")
 
 
 def model_hf_weights(name: str) -> str | None:
     """What the checkpoint a model preset's `hf_id` names stores its layers' weights in (`hf_weights`
     in models.yaml, given where not 16-bit: DeepSeek-V3's and Kimi K2's FP8 blocks, gpt-oss's MXFP4
     experts), or None."""
+    return _model_field(name, "hf_weights")
+
+
+def _model_field(name: str, key: str) -> str | None:
+    """A model preset's (or shardwise model file's) `key` as text; None for a config.json or where unset."""
     from shardwise.presets import _lookup
 
     if is_hf_config(name):
@@ -69,5 +65,5 @@ def model_hf_weights(name: str) -> str | None:
         _, data = _lookup("models", name)
     except SpecError:
         return None
-    found = data.get("hf_weights")
+    found = data.get(key)
     return str(found) if found else None
