@@ -153,3 +153,24 @@ def test_the_serving_gpus_are_those_of_the_published_serving_runs():
     systems = {SYSTEMS[r["gpu"]] for r in inference_rows()}
     gpus = {presets.system(s).gpu.name for s in systems}
     assert gpus == spreads.SERVING_GPUS
+
+
+def test_the_serving_engines_are_those_of_the_published_serving_runs(cli):
+    """`spreads.SERVING_ENGINES` is the engines of `validate inference`'s rows; another engine's interval
+    says no run of its own checks it (its width stays the serving spread: no between-engine spread is published)."""
+    from shardwise.analyses.serving_validation import inference_rows
+    from shardwise.calibration import spreads
+
+    engines = {
+        "fastertransformer" if r["framework"].startswith("FasterTransformer") else "tensorrt-llm"
+        for r in inference_rows()
+    }
+    assert engines == spreads.SERVING_ENGINES
+    assert {r["framework"].split()[0] for r in inference_rows()} <= {"TensorRT-LLM", "FasterTransformer"}
+    args = ["serve", "--model", "llama3-70b", "--system", "dgx-h100", "--plan", "tp=8", "--json"]
+    bases = {}
+    for engine in ("tensorrt-llm", "vllm"):
+        code, out, err = cli([*args, "--framework", engine])
+        assert code == 0, err
+        bases[engine] = json.dumps(json.loads(out))
+    assert "none of vllm" in bases["vllm"] and "none of" not in bases["tensorrt-llm"]
