@@ -52,6 +52,7 @@ def scenario(values: dict[str, Any], model: Any = None) -> Built:
         notes += model_notes(values)
     cal = load_calibration(values.get("calibration"))
     cluster = build_cluster(values, notes, cal)
+    check_cublas(values, cluster.gpu)
     values = {**values, "precision": resolved(values.get("precision"), cluster.gpu, "--precision", notes)}
     values = {**values, **attention.changes(values, cluster.gpu, notes)}  # what runs on the GPU
     plan = build_plan(values, int(cluster.num_gpus), model)
@@ -63,6 +64,18 @@ def scenario(values: dict[str, Any], model: Any = None) -> Built:
             raise SpecError(f"--stage-layers {values['stage_layers']}: {exc}") from None
         raise
     return Built(scn, tuple(notes), cal)
+
+
+def check_cublas(values: dict[str, Any], gpu: Any) -> None:
+    """--cublas-before-11 only where such a cuBLAS runs: CUDA 10.x targets Volta and Turing at most
+    (`physics.gemm_align`; `engine_formats.architecture` reads both as "volta": 16-bit without BF16)."""
+    from shardwise.engines.engine_formats import architecture
+
+    if values.get("cublas_before_11") and architecture(gpu) != "volta":
+        raise SpecError(
+            f"--cublas-before-11: a cuBLAS before 11.0 (CUDA 10.x) runs on Volta and Turing GPUs at most, not on "
+            f"{gpu.name}; leave --cublas-before-11 out"
+        )
 
 
 # the options that change a model preset's shape (`build_model`; a reshaped preset is no longer
