@@ -174,3 +174,18 @@ def test_the_serving_engines_are_those_of_the_published_serving_runs(cli):
         assert code == 0, err
         bases[engine] = json.dumps(json.loads(out))
     assert "none of vllm" in bases["vllm"] and "none of" not in bases["tensorrt-llm"]
+
+
+def test_serve_prints_the_bands_two_sides(cli):
+    """Review 46 #3: the band is log-normal, so its two sides differ (-35%/+54% for a mixture of experts);
+    the text prints both, as the JSON's *_low and *_high hold them."""
+    import math
+
+    from shardwise.calibration import spreads
+
+    args = ["serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--plan", "tp=8", "--concurrency", "8"]
+    code, out, err = cli(args)
+    assert code == 0, err
+    sd = spreads.serving_log_sd("h100-sxm5-80gb", "moe")
+    low, high = -math.expm1(-spreads.Z80 * sd), math.expm1(spreads.Z80 * sd)
+    assert f"about -{low:.0%}/+{high:.0%} unmeasured" in " ".join(out.split())

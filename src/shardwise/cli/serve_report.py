@@ -102,8 +102,9 @@ def print_estimates(
     from shardwise.requests.serve_hints import UNMEASURED
 
     widest, basis = max(spreads.values())
+    low, high = -math.expm1(-Z80 * widest), math.expm1(Z80 * widest)  # a log-normal band: -12%/+14% at 0.1
     out.print(
-        f"[dim]80% interval of every time and rate: about +-{math.expm1(Z80 * widest):.0%}"
+        f"[dim]80% interval of every time and rate: about -{low:.0%}/+{high:.0%}"
         f"{' unmeasured' if basis.startswith(UNMEASURED) else ''} ({basis.removeprefix(UNMEASURED)}; JSON: *_low, "
         "*_high)[/]"
     )
