@@ -152,6 +152,19 @@ def test_emit_refuses_a_bf16_checkpoint_for_pre_quantised_weights(cli, config):
     assert code == 2 and _one_error(err) and "price --weight-precision fp8" in err
 
 
+def test_a_model_files_own_hf_id_is_taken_as_named(cli, tmp_path):
+    """review 46 #1: a file `like: llama3-70b` naming its own AWQ `hf_id` is not the preset's bf16
+    checkpoint; one that inherits the preset's id keeps the preset's check; `hf_weights` states it."""
+    own = tmp_path / "awq.yaml"
+    own.write_text("like: llama3.1-8b\nhf_id: org/llama-awq-int4\n")
+    code, out, err = _launch(cli, ["--model", str(own), "--weight-precision", "int4"])
+    assert code == 0 and "vllm serve org/llama-awq-int4" in out, err
+    stated = tmp_path / "stated.yaml"
+    stated.write_text("like: llama3.1-8b\nhf_id: org/llama-fp8\nhf_weights: fp8\n")
+    code, out, err = _launch(cli, ["--model", str(stated), "--weight-precision", "int4"])
+    assert code == 2 and _one_error(err) and "price --weight-precision fp8" in err
+
+
 def test_a_preset_whose_checkpoint_is_quantised_says_so():
     """deepseek-v3's hf_id (deepseek-ai/DeepSeek-V3) stores FP8 blocks, gpt-oss's MXFP4 experts."""
     from shardwise.hf_quant import model_checkpoint

@@ -11,6 +11,7 @@ is written: vLLM's and SGLang's `--quantization fp8` (vLLM `Fp8Config` with
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from shardwise.emit.launch import EmitError
@@ -51,3 +52,14 @@ def check_stored(engine: str, model_id: str, priced: str, stored: Stored | None)
         f"--emit {engine}: weights priced in {priced}, but {model_id} ({stored.where}) stores {has} weights, "
         f"which the server would load as they are; {fix}"
     )
+
+
+def names_own_hf_id(model: str) -> bool:
+    """Whether --model is a model file that names its own `hf_id` (not one taken from `like:`): its
+    storage is the user's to state (`hf_weights`), else the id is taken as named, as --hf-id is."""
+    if not os.path.isfile(model):
+        return False
+    from shardwise.yaml_files import load_yaml
+
+    data = load_yaml(model)
+    return isinstance(data, dict) and bool(data.get("hf_id"))

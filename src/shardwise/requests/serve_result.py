@@ -336,7 +336,7 @@ def _model_id(model: str | None, hf_id: str | None, reshaped: bool = False) -> s
 def _stored(model: str | None) -> Any:
     """What the checkpoint `_model_id` finds for --model stores (`emit.checkpoint.Stored`): a
     config.json's quantization_config, a preset's hf_weights, else 16 bits."""
-    from shardwise.emit.checkpoint import Stored
+    from shardwise.emit.checkpoint import Stored, names_own_hf_id
     from shardwise.hf_quant import model_checkpoint
     from shardwise.presets import is_hf_config
 
@@ -349,6 +349,8 @@ def _stored(model: str | None) -> Any:
         ) from None
     if model and is_hf_config(model):
         return Stored(found and found.precision, f"{os.path.basename(model)}'s quantization_config")
+    if model and found is None and names_own_hf_id(model):
+        return None  # a model file's own hf_id, its storage unstated (no hf_weights): taken as named, as --hf-id
     return Stored(found and found.precision, "the preset's hf_id" if found is None else "the preset's hf_weights")
 
 
