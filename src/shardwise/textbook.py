@@ -21,7 +21,7 @@ the physical model disagrees:
 7. "NVLink 600 GB/s" is A100's bidirectional total; a collective sees 300 GB/s per direction
    (235 GB/s measured bus bandwidth). Its "PCIe ~32 GB/s" is one direction of PCIe 4.0 x16: the two
    figures are on different conventions (`requests.textbook_links` hands a named link to these
-   formulas at both directions' total, as the NVLink figure).
+   formulas as the brief counts its kind: NVLink both directions, PCIe one).
 """
 
 from __future__ import annotations
