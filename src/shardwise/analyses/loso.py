@@ -75,6 +75,7 @@ STACK_NAMES = {
     "torchtitan-compile": "torchtitan (compiled)",
     "fsdp": "PyTorch FSDP",
     "deepspeed": "DeepSpeed",
+    "colossalai": "Colossal-AI",
 }
 
 
