@@ -178,3 +178,15 @@ def test_a_preset_whose_checkpoint_is_quantised_says_so():
         check_stored("vllm", "deepseek-ai/DeepSeek-V3", "bf16", fp8)
     with pytest.raises(EmitError, match="stores 16-bit"):  # TensorRT-LLM's launch converts nothing at load
         check_stored("trtllm", "meta-llama/Llama-3.1-8B", "fp8", Stored(None, "the preset's hf_id"))
+
+
+def test_a_preset_with_a_quantised_checkpoint_notes_it_when_priced_in_16_bits(cli):
+    """review 46 #4: deepseek-v3 is priced in 16 bits by default; a note names the checkpoint's FP8."""
+    args = ["serve", "--model", "deepseek-v3", "--system", "dgx-h200", "--plan", "tp=8", "--framework", "sglang"]
+    code, out, err = cli(args)
+    assert code == 0, err
+    assert "deepseek-v3's published checkpoint stores fp8; --weight-precision fp8 prices it as published" in " ".join(
+        (out + err).split()
+    )
+    code, out, err = cli([*args, "--weight-precision", "fp8"])
+    assert code == 0 and "published checkpoint stores" not in out + err

@@ -283,6 +283,8 @@ class ServeRequest:
         from shardwise.presets import is_hf_config
 
         name = self.target.model
+        if self.weight_precision is None and name and not is_hf_config(name):
+            self._preset_checkpoint_note(name, notes)
         if self.weight_precision is not None or not name or not is_hf_config(name):
             return None
         from shardwise.hf_quant import config_checkpoint
@@ -295,6 +297,20 @@ class ServeRequest:
             f"({found.words()}); --weight-precision to price another"
         )
         return found.precision
+
+    @staticmethod
+    def _preset_checkpoint_note(name: str, notes: list[str]) -> None:
+        """A preset whose published checkpoint is quantised (`hf_weights`: DeepSeek-V3's FP8 blocks,
+        gpt-oss's MXFP4) is still priced in 16 bits by default (the presets' documented outputs); a
+        note says what the checkpoint stores (review 46 #4)."""
+        from shardwise.hf_quant import model_checkpoint
+
+        found = model_checkpoint(name)
+        if found is not None:
+            notes.append(
+                f"weights in 16 bits by default, though {name}'s published checkpoint stores {found.precision}; "
+                f"--weight-precision {found.precision} prices it as published"
+            )
 
     def run(self, progress: Any = None) -> ServeResult | TargetsResult:
         """Each plan priced (`ServeResult`), or with --ttft-max/--tpot-max the search
