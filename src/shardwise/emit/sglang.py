@@ -133,8 +133,9 @@ def launch(
     ranks = dp if dp_attention else 1  # SGLang divides the chunk and the running cap by --dp-size
     fraction = mem_fraction_static(scn, dp_attention)
     notes = [
-        f"--mem-fraction-static {fraction}: weights and KV pool as priced (SGLang's own default on this GPU as "
-        "shardwise reads _handle_gpu_memory_settings), written out so that the server keeps that pool"
+        f"--mem-fraction-static {fraction}: weights and KV pool as priced (SGLang's own rule on this GPU at its "
+        "default chunk, as shardwise reads _handle_gpu_memory_settings; a chunk given is not in the reserve), "
+        "written out so that the server keeps that pool"
     ]
     if stored is not None and stored.quantised:
         notes.append(f"weights {wl.weight_precision}: the checkpoint's, read from its config (no --quantization)")
