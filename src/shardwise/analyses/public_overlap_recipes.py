@@ -89,7 +89,10 @@ HF_GPT2_CONFIGS = (RecipeFact("GitHub deepspeedai/DeepSpeedExamples training/aut
 # and the additive mask, soft-maxed and dropped out in passes of their own; gelu_new's eight kernels) is
 # that of 4.12 in the 2022 releases too: hpcaitech's Lightning benchmark builds it from a GPT2Config
 # (hpcaitech/ColossalAI-Pytorch-lightning benchmark/gpt/model.py GPTLMModel @395762e0) under DeepSpeed
-# ZeRO-3 and Colossal-AI Gemini; their optimizers are fused (FusedAdam, HybridAdam: same file)
+# ZeRO-3 and Colossal-AI Gemini; their optimizers are fused (FusedAdam, HybridAdam: same file). Its loss
+# (GPTLMLoss, same file) is nn.CrossEntropyLoss on the shifted 16-bit logits the fp16 model returns (labels
+# are not passed to the model, so no fp32 cast): `Plan.loss_kernel` "eager-bf16" (the shift's contiguous
+# copy, 2 bytes a logit more at the peak, is not counted)
 HF_GPT2_MODELS = (RecipeFact("GitHub hpcaitech/ColossalAI-Pytorch-lightning benchmark/gpt/"),)
 
 
@@ -109,7 +112,7 @@ def plan_settings(row: dict[str, str]) -> dict[str, object]:
             "optimizer_step_bytes": HF_TRAINER_ZERO1_STEP_BYTES if gpt2 else 0.0,
         }
     if any(fact.covers(row) for fact in HF_GPT2_MODELS):
-        return {"hf_gpt2_ops": True}
+        return {"hf_gpt2_ops": True, "loss_kernel": "eager-bf16"}
     if any(fact.covers(row) for fact in NO_OVERLAP_RECIPES):
         return {"tp_comm_overlap": False, "overlap_param_gather": False}
     if row.get("workload") == "lora" and any(fact.covers(row) for fact in LORA_NO_CALLBACK_RECIPES):
