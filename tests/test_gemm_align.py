@@ -75,8 +75,8 @@ def test_no_public_row_runs_a_cublas_before_11():
 def test_cublas_before_11_is_refused_where_no_such_cublas_runs(cli):
     """A cuBLAS before 11.0 runs on Volta and Turing at most (review 46 #2): one line, exit 2, elsewhere."""
     args = ["predict", "--model", "gpt2-xl", "--global-batch", "16", "--cublas-before-11"]
-    code, out, err = cli([*args, "--system", "dgx-h100"])
+    code, _, err = cli([*args, "--system", "dgx-h100"])
     assert code == 2 and "runs on Volta and Turing GPUs at most, not on h100-sxm5-80gb" in err
     assert len(err.strip().splitlines()) == 1
-    code, out, err = cli([*args, "--system", "dgx-1-v100"])
+    code, _, err = cli([*args, "--system", "dgx-1-v100"])
     assert code == 0, err

@@ -53,9 +53,8 @@ COMPUTE_SHARE = 0.85  # rows mostly compute measure the GPU (tools/fit_efficienc
 # Face models) are priced but never fitted: what their kernels cost is the compiler's or the
 # dispatcher's physics, not the GPU's clock, and a scale fitted on them would carry it to every stack.
 FIT_STACKS = ("megatron-core", "megatron-deepspeed", "internevo", "flash-attn-trainer", "nanotron")
-# Precisions whose rows are priced but never set a scale: NVFP4's GEMM rate is derived from FP8's
-# (`specs.hardware.NVFP4_OPERAND_RATE_RATIO`, unmeasured on GB200/GB300), and a scale fitted on its
-# rows would carry that rule's error to every 8- and 16-bit prediction on the GPU.
+# Precisions whose rows are priced but never set a scale: NVFP4's GEMM rate is derived from FP8's (`specs.hardware.
+# NVFP4_OPERAND_RATE_RATIO`, unmeasured on GB200/GB300); a scale fitted on it would carry that rule's error everywhere.
 UNFITTED_PRECISIONS = ("nvfp4",)
 MIN_GROUPS = 2
 FIT_PROCEDURE = (

@@ -258,14 +258,14 @@ def serve(
 
         raise SpecError("--with-frontier adds each plan's frontier to --json; add --json (or draw it with --plot)")
     request = ServeRequest.from_options(options)
-    setting = request.setting()
-    echo_notes(setting.notes)
+    setting = request.setting()  # its notes are echoed once the plans are priced: a refusal stays one line
     if request.targets:
         from shardwise.cli.render import progress_bar
         from shardwise.cli.serve_targets import print_targets
 
         with progress_bar(request.search_size(setting), "plans x precisions", disable=quiet) as advance:
             found = request.search(setting, advance)
+        echo_notes(setting.notes)
         serve_output.write(found.as_dict(), output_path, as_csv)
         if as_csv or output_path == "-":
             return
@@ -284,6 +284,7 @@ def serve(
         result = priced(request, setting, advance)
         if not as_json:
             result.scaling  # noqa: B018 (priced here, under the bar; the report reads it)
+    echo_notes(setting.notes)
     figure = None
     if frontier_path is not None:
         from shardwise.cli.serve_report import draw_frontier
