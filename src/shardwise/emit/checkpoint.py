@@ -34,6 +34,22 @@ class Stored:
         return self.precision is not None and self.precision not in SIXTEEN
 
 
+# the servers' names in a refusal, by `--emit` target
+SERVER_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
+def check_checkpoint(engine: str, model_name: str, model_id: str | None, priced: str, stored: Stored | None) -> None:
+    """An EmitError (one line) where the launch names no checkpoint the server can load, or one that
+    stores other weights than the `priced` ones (`check_stored`)."""
+    if not model_id:
+        raise EmitError(
+            f"--emit {engine}: {model_name!r} names no checkpoint {SERVER_NAMES[engine]} can load (a preset without "
+            "a Hugging Face id, a model file without `hf_id: ORG/NAME`, or a preset a flag reshaped); give --hf-id "
+            "ORG/NAME (or --model path/to/config.json)"
+        )
+    check_stored(engine, model_id, priced, stored)
+
+
 def check_stored(engine: str, model_id: str, priced: str, stored: Stored | None) -> None:
     """An EmitError (one line) where the checkpoint `model_id` stores other weights than the `priced`
     ones and `engine`'s launch does not convert them; `stored` None: the user named the checkpoint."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardwise.emit.checkpoint import check_stored
+from shardwise.emit.checkpoint import check_checkpoint
 from shardwise.emit.facts import i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, Node, Var, flag_groups
 from shardwise.specs import Scenario
@@ -109,13 +109,7 @@ def launch(
     `max_num_seqs` the sequences a replica, under data-parallel attention a rank, ran at once in
     flight; None: a static batch; `stored` what the checkpoint stores, `emit.checkpoint`)."""
     m, p, wl = scn.model, scn.plan, workload
-    if not model_id:
-        raise EmitError(
-            f"--emit sglang: {m.name!r} names no checkpoint SGLang can load (a preset without a Hugging Face id, "
-            "a model file without `hf_id: ORG/NAME`, or a preset a flag reshaped); give --hf-id ORG/NAME "
-            "(or --model path/to/config.json)"
-        )
-    check_stored("sglang", model_id, wl.weight_precision, stored)
+    check_checkpoint("sglang", m.name, model_id, wl.weight_precision, stored)
     if wl.kv_precision not in KV_DTYPES:
         raise EmitError(
             f"--emit sglang: KV-cache precision {wl.kv_precision} is not one SGLang stores; plan with "

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardwise.emit.checkpoint import check_stored
+from shardwise.emit.checkpoint import check_checkpoint
 from shardwise.emit.facts import i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, flag_groups
 from shardwise.engines.engine_presets import engine
@@ -74,13 +74,7 @@ def launch(
     """The server of one replica (as `emit.vllm.launch`; `max_num_seqs` here the max_batch_size
     the estimate sized its buffers with, per micro-batch; `stored`: `emit.checkpoint`)."""
     m, p, wl = scn.model, scn.plan, workload
-    if not model_id:
-        raise _refuse(
-            f"{m.name!r} names no checkpoint TensorRT-LLM can load (a preset without a Hugging Face id, a "
-            "model file without `hf_id: ORG/NAME`, or a preset a flag reshaped); give --hf-id ORG/NAME "
-            "(or --model path/to/config.json)"
-        )
-    check_stored("trtllm", model_id, wl.weight_precision, stored)
+    check_checkpoint("trtllm", m.name, model_id, wl.weight_precision, stored)
     if wl.kv_precision not in KV_DTYPES:
         raise _refuse(f"KV-cache precision {wl.kv_precision} is not emitted; plan with {', '.join(KV_DTYPES)}")
     if wl.runtime != "graphs":

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardwise.emit.checkpoint import check_stored
+from shardwise.emit.checkpoint import check_checkpoint
 from shardwise.emit.facts import i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, Node, Var, flag_groups
 from shardwise.emit.vllm_kv import KvPool
@@ -138,13 +138,7 @@ def launch(
     the model's context where they hold it (`max_model_len`). `stored`: what the checkpoint stores
     (`emit.checkpoint.Stored`; None: the user named it), refused where it is not what was priced."""
     m, p, wl = scn.model, scn.plan, workload
-    if not model_id:
-        raise EmitError(
-            f"--emit vllm: {m.name!r} names no checkpoint vLLM can load (a preset without a Hugging Face id, "
-            "a model file without `hf_id: ORG/NAME`, or a preset a flag reshaped); give --hf-id ORG/NAME "
-            "(or --model path/to/config.json)"
-        )
-    check_stored("vllm", model_id, wl.weight_precision, stored)  # a pre-quantised one is read from its config
+    check_checkpoint("vllm", m.name, model_id, wl.weight_precision, stored)  # a pre-quantised one: read from its config
     if wl.kv_precision not in KV_DTYPES:
         allowed = ", ".join(KV_DTYPES)
         raise EmitError(
