@@ -117,10 +117,12 @@ rank and re-gathered, engine.py `is_pipe_partitioned`) add a few ms over the net
 (6 per stage) that is 4-5 ms per micro-batch; the two steps issue 33 quotes for such a stack
 (143.3 s at micro-batch 1, 123.7 s at 4), solved for a part per sequence and a part per
 micro-batch, need about 165 ms a micro-batch on a stage against the 42-50 ms priced, while the part
-per sequence agrees within 3%. What else DeepSpeed's engine does per micro-batch (six host syncs
-on a middle stage: ThroughputTimer.start, PartitionedTensor.from_meta's tolist() three times and
-to_meta's blocking upload twice; three TP re-gathers of 58.7 MB; the activation checkpoint's RNG
-bookkeeping, host only) is well under a millisecond. GLM-130B's two speed tests on the same
+per sequence agrees within 3%. What else DeepSpeed's engine does per micro-batch (seven host
+syncs on a middle stage: ThroughputTimer.start twice, the pipe engine's and DeepSpeedEngine.forward's,
+PartitionedTensor.from_meta's tolist() three times and to_meta's blocking upload twice; three TP
+re-gathers of 58.7 MB, each with 5.5 times its bytes of copies, 0.34 ms more than the four
+all-gathers priced; the activation checkpoint's RNG bookkeeping, host only) adds under a
+millisecond to what is priced (docs/model.md, "Fourth pass"). GLM-130B's two speed tests on the same
 engine at micro-batch 1 (PUB-1107, PUB-1108) cost 425 ms per added micro-batch against the
 model's 460 ms, which leaves no room for a cost of that size in the engine's per-micro-batch path.
 The first stage
