@@ -50,3 +50,26 @@ def test_a_box_whose_host_cpu_caps_pcie_sends_at_its_generation():
     before = throughput(uncapped, 1, 8) / throughput(replace(uncapped, gpus=1), 1, 1)
     measured = 7889.26 / 9382.00
     assert abs(ratio / measured - 1) < abs(before / measured - 1) and ratio < before
+
+
+def test_layer_scaling_breakdown_gives_both_sides_as_priced_and_measured():
+    """Each LAYER_SCALING pair broken down on its k GPUs and on its base: the predicted rates are
+    `throughput`'s, the measured the rows', their ratio the one `validate inference_scaling` shows;
+    one GPU has no send; the --wrong listing holds exactly the pairs whose direction is wrong."""
+    from dataclasses import replace
+
+    from shardwise.analyses.serving_pcie_breakdown import layer_scaling_breakdown, wrong_direction_breakdowns
+    from shardwise.analyses.serving_scaling import pcie_rows
+
+    pair = next(p for p in LAYER_SCALING if p.key == "xdai-a100pcie-70b-q4_k_m-tg1024-4v1")
+    big, base = layer_scaling_breakdown(pair)
+    assert (big.side, base.side) == ("4 GPUs", "1 GPU") and base.send_s == 0 and big.send_s > 0
+    assert big.predicted_tokens_per_s == throughput(pair, 1, 4)
+    assert base.predicted_tokens_per_s == throughput(replace(pair, gpus=1), 1, 1)
+    assert (big.measured_tokens_per_s, base.measured_tokens_per_s) == (22.68, 22.11)
+    row = next(r for r in pcie_rows() if r.key == pair.key)
+    assert row.predicted == big.predicted_tokens_per_s / base.predicted_tokens_per_s
+    assert len(big.stages_s) == 3 and len(base.stages_s) == 1
+    wrong = {r.key for r in pcie_rows() if not r.direction_right and not r.key.startswith("exllamav2")}
+    listed = wrong_direction_breakdowns()
+    assert {s.pair for s in listed} == wrong and len(listed) == 2 * len(wrong)
