@@ -123,6 +123,7 @@ class Pair:
     # no output.weight: Llama 3.2 1B, tie_word_embeddings true; the preset prices it untied)
     tied_embeddings: bool = False
     base_gpus: int = 1  # a layer split's reference GPU count (`LAYER_SCALING`: k GPUs against base_gpus)
+    link: str = ""  # the GPUs' link where the box's host CPU caps it below the system preset's (`XDAI_BOXES`)
 
 
 PAIRS = (
@@ -150,17 +151,20 @@ PAIRS = (
 # XiongjieDai/GPU-Benchmarks-on-LLM-Inference (May 2024 builds 2824-2843, the "events" scheduler):
 # llama-bench's defaults (-b 2048 -ub 512) on one RunPod box per GPU type, the same host CPU and
 # build at every GPU count of a box (its notebooks), Meta Llama 3 GGUFs. A box: (GPU preset, system
-# preset, its GPU counts); a model: (model preset, storage, the rows' comparison_group part, the
-# GPU counts it does not fit). Every model, box and workload is a case: k GPUs against one where the
-# box has a 1-GPU row of the model, else against k/2. tg1024 generates 1,024 tokens from an empty
-# cache: priced at its mean context, 512. F16 is priced as bf16 (2 bytes, one tensor rate), as PR
-# 19378's. Left out: the L40S box's F16 prompts (`LEFT_OUT`; stored as data).
+# preset, its GPU counts, the link its host CPU's root ports allow: the RTX 4090 box's Xeon Gold 6133
+# (Skylake-SP) has PCIe 3.0 lanes only, the H100 box's EPYC 7352 (Rome) PCIe 4.0, below the system
+# presets' Gen4 and Gen5; the CPU's datasheet, Intel ARK / AMD's product page); a model: (model
+# preset, storage, the rows' comparison_group part, the GPU counts it does not fit). Every model,
+# box and workload is a case: k GPUs against one where the box has a 1-GPU row of the model, else
+# against k/2. tg1024 generates 1,024 tokens from an empty cache: priced at its mean context, 512.
+# F16 is priced as bf16 (2 bytes, one tensor rate), as PR 19378's. Left out: the L40S box's F16
+# prompts (`LEFT_OUT`; stored as data).
 XDAI_BOXES = {
-    "rtx4090": ("rtx-4090", "rtx4090-8x", (1, 2, 4, 8)),  # Xeon Gold 6133, build 2824, P2P off (GeForce)
-    "rtx3090": ("rtx-3090", "rtx4090-8x", (2, 4)),  # EPYC 7702P, build 2833; its 1-GPU notebook is another box
-    "a100pcie": ("a100-pcie-80gb", "a100-pcie-8x", (1, 4)),  # EPYC 9554, build 2836
-    "h100pcie": ("h100-pcie-80gb", "h100-pcie-8x-switch", (1, 4)),  # EPYC 7352, build 2843
-    "l40s": ("l40s", "l40s-8x", (1, 4)),  # Xeon Silver 4314, build 2834
+    "rtx4090": ("rtx-4090", "rtx4090-8x", (1, 2, 4, 8), "pcie3"),  # Xeon Gold 6133, build 2824, P2P off (GeForce)
+    "rtx3090": ("rtx-3090", "rtx4090-8x", (2, 4), ""),  # EPYC 7702P, build 2833; its 1-GPU notebook another box
+    "a100pcie": ("a100-pcie-80gb", "a100-pcie-8x", (1, 4), ""),  # EPYC 9554, build 2836
+    "h100pcie": ("h100-pcie-80gb", "h100-pcie-8x-switch", (1, 4), "pcie4"),  # EPYC 7352, build 2843
+    "l40s": ("l40s", "l40s-8x", (1, 4), ""),  # Xeon Silver 4314, build 2834
 }
 XDAI_MODELS = (
     ("llama3-8b", "bf16", "8b-f16", ()),
@@ -176,7 +180,7 @@ def _xdai_pairs() -> tuple[Pair, ...]:
     """Every XiongjieDai case as a layer-split pair: k GPUs against one GPU of the same box, or
     against k/2 where the box has no 1-GPU row of the model."""
     out = []
-    for box, (gpu, system, box_counts) in XDAI_BOXES.items():
+    for box, (gpu, system, box_counts, link) in XDAI_BOXES.items():
         for model, storage, short, too_small in XDAI_MODELS:
             counts = [k for k in box_counts if not (box in XDAI_24GB and k in too_small)]
             for workload, tokens, context in XDAI_WORKLOADS:
@@ -187,7 +191,7 @@ def _xdai_pairs() -> tuple[Pair, ...]:
                     base = 1 if counts[0] == 1 else k // 2
                     out.append(Pair(f"{group}-{k}v{base}", "XiongjieDai", "", workload, model, gpu, k, storage,
                                     "llama.cpp", tokens, context, 512, 2024, "-sm layer", group, system,
-                                    base_gpus=base))  # fmt: skip
+                                    base_gpus=base, link=link))  # fmt: skip
     return tuple(out)
 
 
@@ -240,6 +244,8 @@ def pair_model(pair: Pair) -> Model:
 
 def _cluster(pair: Pair) -> Cluster:
     base = presets.system(pair.system)  # rtx4090-8x: PCIe Gen4, P2P off (the stock driver)
+    if pair.link:  # the host CPU's PCIe generation caps the box's links (`XDAI_BOXES`)
+        base = base.with_(intra_node_link=presets.link(pair.link))
     return base.with_(gpu=presets.gpu(pair.gpu), gpus_per_node=pair.gpus, nodes=1)
 
 

@@ -4,13 +4,15 @@ sends on the stage that sets the pace, the micro-batches, the predicted and the 
 
 Sides: "layer" (`-sm layer`, its stages' costs with the sends; the scheduler of the build's year),
 "tensor" (`-sm tensor`, as `engines.llamacpp_tensor` prices it) and "row" (`-sm row`: one GPU's
-forward, the products' share moved off the main GPU, the copies). Printed by
-`tools/llamacpp_breakdown.py`; nothing here is fitted.
+forward, the products' share moved off the main GPU, the copies); for a layer split over k GPUs
+against fewer (`serving_pcie.LAYER_SCALING`), "k GPUs" and the base's "b GPUs". Printed by
+`tools/llamacpp_breakdown.py` (`--layer-scaling`: every such pair; `--wrong`: the pairs whose
+direction `validate inference_scaling` gets wrong); nothing here is fitted.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shardwise.analyses import serving_pcie as sp
 
@@ -65,3 +67,38 @@ def breakdown(pair: sp.Pair) -> list[SideBreakdown]:
 def llama_cpp_breakdowns() -> list[SideBreakdown]:
     """Every llama.cpp pair of `analyses.serving_pcie.PAIRS`, both sides."""
     return [side for pair in sp.PAIRS if pair.engine == "llama.cpp" for side in breakdown(pair)]
+
+
+def layer_scaling_breakdown(pair: sp.Pair) -> list[SideBreakdown]:
+    """Both sides of a `serving_pcie.LAYER_SCALING` pair: the layer split over `pair.gpus` and over
+    `pair.base_gpus` (one GPU: its whole forward, no send), from the stages and scheduler
+    `analyses.serving_pcie.throughput` prices them with."""
+    by = {int(r["num_gpus"]): float(r["value"]) for r in sp.serving_rows() if r["comparison_group"] == pair.group}
+    out = []
+    for k in (pair.gpus, pair.base_gpus):
+        side = replace(pair, gpus=k)
+        chunk, micro = sp.pair_chunk(side)
+        fs = sp.llama_cpp_stages(side, 1, k)
+        _, compute, _ = fs.slowest(k)
+        per = tuple(float(x) for x in fs.per_stage)
+        stages = per[:1] if k == 1 else (per[0], per[2]) if k == 2 else per
+        send = float(fs.send_s) if k > 1 else 0.0
+        name = f"{k} GPU{'s' if k > 1 else ''}"
+        out.append(SideBreakdown(pair.key, name, chunk, micro, float(compute), 0.0, send, stages,
+                                 sp.throughput(side, 1, k), by[k]))  # fmt: skip
+    return out
+
+
+def layer_scaling_breakdowns() -> list[SideBreakdown]:
+    """Every `serving_pcie.LAYER_SCALING` pair, both sides."""
+    return [side for pair in sp.LAYER_SCALING for side in layer_scaling_breakdown(pair)]
+
+
+def wrong_direction_breakdowns() -> list[SideBreakdown]:
+    """Both sides of every llama.cpp pair on PCIe whose direction (gain or no gain)
+    `validate inference_scaling` gets wrong (`analyses.serving_scaling.scaling_rows`)."""
+    from shardwise.analyses.serving_scaling import pcie_rows
+
+    wrong = {r.key for r in pcie_rows() if not r.direction_right}
+    out = [side for pair in sp.PAIRS if pair.key in wrong and pair.engine == "llama.cpp" for side in breakdown(pair)]
+    return out + [side for pair in sp.LAYER_SCALING if pair.key in wrong for side in layer_scaling_breakdown(pair)]

@@ -150,6 +150,7 @@ class ScalingRow:
     predicted: float
     measured: float
     source: str
+    measured_sd: float = 0.0  # the measured ratio's run-to-run deviation (`analyses.scaling_noise`; 0: none printed)
 
     @property
     def error(self) -> float:
@@ -158,6 +159,13 @@ class ScalingRow:
     @property
     def direction_right(self) -> bool:
         return (self.predicted > 1.0) == (self.measured > 1.0)
+
+    @property
+    def within_noise(self) -> bool:
+        """The measured ratio lies within the run-to-run noise of 1 (`analyses.scaling_noise`)."""
+        from shardwise.analyses.scaling_noise import within_noise
+
+        return within_noise(self.measured, self.measured_sd)
 
 
 @dataclass(frozen=True)
@@ -225,9 +233,11 @@ def _tp_row(big: dict[str, str], small: dict[str, str]) -> ScalingRow:
 
 def pcie_rows() -> list[ScalingRow]:
     """TP(k) / PP(k) on PCIe (`analyses.serving_pcie`)."""
+    from shardwise.analyses.scaling_noise import ratio_sd
     from shardwise.analyses.serving_pcie import LAYER_SCALING, PAIRS, validate_pcie_serving
 
     layer = {p.key: "PP(k)/PP(1)" if p.base_gpus == 1 else "PP(k)/PP(k/2)" for p in LAYER_SCALING}
+    sd = {p.key: ratio_sd(p.group, p.gpus, p.base_gpus) for p in LAYER_SCALING}
 
     gpu = {p.key: p.gpu.replace("-", " ").upper() for p in (*PAIRS, *LAYER_SCALING)}
     return [
@@ -241,6 +251,7 @@ def pcie_rows() -> list[ScalingRow]:
             r.predicted,
             r.measured,
             r.source,
+            sd.get(r.run_id, 0.0),
         )
         for r in validate_pcie_serving()
     ]

@@ -24,7 +24,15 @@ def show_scaling(as_json: bool, markdown: bool) -> None:
             export.dumps(
                 {
                     "source": CITATION,
-                    "rows": [{**asdict(r), "error": r.error, "direction_right": r.direction_right} for r in rows],
+                    "rows": [
+                        {
+                            **asdict(r),
+                            "error": r.error,
+                            "direction_right": r.direction_right,
+                            "within_noise": r.within_noise,
+                        }
+                        for r in rows
+                    ],
                     "summary": [asdict(s) for s in summary],
                     "left_out": LEFT_OUT,
                 }
@@ -63,9 +71,14 @@ def show_scaling(as_json: bool, markdown: bool) -> None:
     if markdown:
         click.echo("")
     print_table(SUMMARY_HEAD, totals, "per ratio, link type and GPU", {3, 4}, markdown)
+    wrong = [r for r in rows if not r.direction_right]
+    noisy = [r.key for r in wrong if r.within_noise]
+    listed = f": {', '.join(noisy)}" if noisy else ""
     note = (
         f"source: {CITATION}; a ratio above 1 is a gain, the direction is right when both agree on it; no constant "
-        f"was set from these rows; {LEFT_OUT}"
+        f"was set from these rows; {len(wrong)} directions wrong, {len(noisy)} of them with a measured ratio within "
+        f"2 standard deviations of 1 (llama-bench's repetitions, where printed){listed}"
+        f"; {LEFT_OUT}"
     )
     if markdown:
         click.echo(f"\n{note[0].upper()}{note[1:]}.")
