@@ -23,11 +23,12 @@ forward and Fig. 5 backward, Fig. 5-6 in later versions), H100 SXM5 at 1830 MHz,
 - head dimension (16k tokens): forward non-causal 497 / 648 / 756 at 64 / 128 / 256 (0.77, 1, 1.17),
   backward 474 / 561 at 64 / 128 (0.845); head dim 256's backward is not plotted (128's kept, 1). FA3
   computes at its next template, 64, 96, 128, 192 or 256 (hopper/flash_api.cpp `round_up_headdim`).
-FlashAttention-3 runs on Hopper only: its kernels are built for sm_90a alone (hopper/setup.py
-`-gencode arch=compute_90a,code=sm_90a`, arch-specific code that no other GPU loads; the sm80 kernels
-of its Ampere build are FlashAttention-2's design), and Hugging Face Transformers refuses
-attn_implementation "flash_attention_3" below compute capability 9.0 (modeling_utils
-`_flash_attn_3_can_dispatch`, "Flash Attention 3 requires compute capability >= 9.0").
+FlashAttention-3 runs on Hopper only: its Hopper kernels are built for sm_90a alone (hopper/setup.py
+`-gencode arch=compute_90a,code=sm_90a`, arch-specific code that Blackwell does not load, while its
+ARCH_SWITCH sends every arch from 90 up to them); its build's sm80 kernels (Ampere, Ada; left out with
+FLASH_ATTENTION_DISABLE_SM80) are mma.sync kernels of FlashAttention-2's design, and Hugging Face
+Transformers refuses attn_implementation "flash_attention_3" below compute capability 9.0
+(modeling_utils `_flash_attn_3_can_dispatch`, "Flash Attention 3 requires compute capability >= 9.0").
 
 FlashAttention-4 on data-centre Blackwell (`Gpu.gemm_kernels` "sm100"), B200, BF16, head dim 128:
 - plateau: Zadouri et al. 2026 (arXiv 2603.05451, abstract) "up to 1613 TFLOPs/s (71% utilization)"
@@ -126,10 +127,12 @@ def refusal(gpu: Gpu, kernel: str) -> str:
     """Why `gpu` cannot run `kernel` in one clause (empty: it can, or the kernel is another)."""
     if kernel not in PROFILES or profile(gpu, kernel) is not None:
         return ""
-    why = {
-        "flash3": "its kernels are built for sm_90a alone, flash-attention hopper/setup.py",
-        "flash4": "elsewhere flash-attn-4 runs FlashAttention-2's mma.sync code, flash_attn/cute/interface.py",
-    }[kernel]
+    if kernel == "flash3" and gpu.gemm_kernels == "sm100":
+        why = "its Hopper kernels are built for sm_90a alone, flash-attention hopper/setup.py"
+    elif kernel == "flash3":
+        why = "Hugging Face refuses flash_attention_3 below compute capability 9.0; its sm80 kernels are FA2's design"
+    else:
+        why = "elsewhere flash-attn-4 runs FlashAttention-2's mma.sync code, flash_attn/cute/interface.py"
     return f"{kernel} runs on {ARCH_NAMES[kernel]} only, not on gpu {gpu.name!r} ({why})"
 
 
