@@ -135,12 +135,9 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     elif attention == "cudnn-flash-te" or n.get("te") == "on":
         out["attention_kernel"] = "fused"
     elif attention in ("flash-attn-3", "flash-attn-4"):
-        # FlashAttention-3 on Hopper runs at cuDNN's fused-attention speed (Shah et al. 2024 Fig. 4-5, H100,
-        # BF16, head dim 128: forward 616-648 TFLOP/s against cuDNN's 595-617, backward near cuDNN's
-        # 516-538; `physics.attention`'s ramps hold both within 4%), not FlashAttention-2's 350-370;
-        # FlashAttention-4 on Blackwell (flash-attn-4 4.0 betas, CuTe DSL) is taken at cuDNN's Blackwell
-        # speed too, no independent figure of its own being at hand: the `fused` kernel
-        out["attention_kernel"] = "fused"
+        # FlashAttention-3 (Hopper) and FlashAttention-4 (CuTe DSL, flash-attn-4 4.0 betas), each at its own
+        # published speed and ramp (`physics.attention_flash34`), not FlashAttention-2's nor cuDNN's
+        out["attention_kernel"] = "flash3" if attention == "flash-attn-3" else "flash4"
         out["flash_attention"] = True
     elif attention in ("sdpa-flash2", "flash-attn", "flash-attn-1", "flash-attn-2"):
         out["attention_kernel"] = "sdpa-flash2" if attention == "sdpa-flash2" else "flash2"

@@ -9,7 +9,7 @@ import click
 
 from shardwise.cli.option_kit import NAME_OR_FILE, F, FiniteRange, an_input, stack_options
 from shardwise.precisions import FP8_RECIPES, TRAINING_PRECISIONS
-from shardwise.requests.fields import SELECTIVE_POLICIES
+from shardwise.requests.fields import ATTENTION_KERNEL_CHOICES, SELECTIVE_POLICIES
 
 # --recompute's help: without the flag the stack's own default applies (`presets.stack_defaults.framework_recompute`)
 RECOMPUTE_HELP = (
@@ -268,11 +268,12 @@ execution_options = stack_options(
     ),
     click.option(
         "--attention-kernel",
-        type=click.Choice(["fused", "flash2", "sdpa-flash2", "te-flash2", "sdpa-mem-efficient"], case_sensitive=False),
+        type=click.Choice(ATTENTION_KERNEL_CHOICES, case_sensitive=False),
         help="Attention kernel: fused (Transformer Engine / cuDNN), flash2 (the flash-attn package's "
         "FlashAttention-2), sdpa-flash2 (PyTorch SDPA's bundled FlashAttention-2), te-flash2 "
         "(Transformer Engine's FlashAttention-2 backend, NVTE_FUSED_ATTN=0) or sdpa-mem-efficient (SDPA's "
-        "memory-efficient backend, what it runs before sm80) [default: the framework's; on a V100 its fallback].",
+        "memory-efficient backend, what it runs before sm80), flash3 (FlashAttention-3, Hopper) or flash4 "
+        "(FlashAttention-4, Hopper and B200-class Blackwell) [default: the framework's; on a V100 its fallback].",
     ),
     _switch("eager-kernels", "One kernel per element-wise op (PyTorch eager) instead of fused kernels."),
     click.option(

@@ -35,7 +35,8 @@ alike):
 - `FORWARD_TILE_OVERHEAD_TOKENS` L0 = 100 (range 60-200): non-causal forward reaches 0.83, 0.94,
   0.97 of its 16k speed at 512, 1k, 2k keys for FlashAttention-2 (309, 350, 362 of 370 TFLOP/s),
   0.82, 0.94 for cuDNN (497, 574 of ~610), 0.72, 0.87, 0.96 for FlashAttention-3 (467, 565,
-  625 of 648): L0 = 104, 64, 56 / 116, 64 / 198, 150, 75.
+  625 of 648): L0 = 104, 64, 56 / 116, 64 / 198, 150, 75 (FlashAttention-3 and -4, "flash3" and
+  "flash4", price their own ramps and causal plateaus: `physics.attention_flash34`).
 - `BACKWARD_TILE_OVERHEAD_TOKENS` L0 = 220 (range 140-350): the backward recomputes the scores
   and writes dQ, dK, dV per tile; FlashAttention-2 214, 260, 291, 310, 318 of 322 TFLOP/s at
   512-8k (L0 = 258, 244, 218, 158, 100), cuDNN 305, 408, 465, 499 of 516 (354, 270, 222, 139).
@@ -96,6 +97,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from shardwise.physics.attention_flash34 import FlashProfile
 from shardwise.specs._checks import Number
 
 FORWARD_TILE_OVERHEAD_TOKENS = 100.0
@@ -116,17 +118,22 @@ TORCH_RING_BACKWARD_LAYER_KERNELS = 11
 TORCH_RING_GRAD_BYTES = 4.0
 
 
-def ramp(keys_per_tile: Number, overhead_tokens: float, causal: Number = False) -> Number:
+def ramp(
+    keys_per_tile: Number, overhead_tokens: Number, causal: Number = False, causal_plateau: float = CAUSAL_PLATEAU
+) -> Number:
     """The fraction of the plateau a call reaches whose query tiles see `keys_per_tile` keys on
     average (s_kv, or s / 2 under a causal mask), paying `overhead_tokens` per tile and, causal,
-    half a tile on the diagonal and the causal plateau."""
+    half a tile on the diagonal and the causal plateau (FlashAttention-3/4 their own:
+    `physics.attention_flash34`)."""
     w = np.maximum(np.asarray(keys_per_tile, dtype=float), 1.0)
     c = np.asarray(causal, dtype=bool)
     waste = overhead_tokens + np.where(c, TILE_TOKENS / 2, 0.0)
-    return w / (w + waste) * np.where(c, CAUSAL_PLATEAU, 1.0)
+    return w / (w + waste) * np.where(c, causal_plateau, 1.0)
 
 
-def slowdown(s_q: Number, s_kv: Number, cp: Number, overhead_tokens: float) -> Number:
+def slowdown(
+    s_q: Number, s_kv: Number, cp: Number, overhead_tokens: Number, causal_plateau: float = CAUSAL_PLATEAU
+) -> Number:
     """Time of one layer's attention over its time at the non-causal plateau (>= 1), for `s_q`
     queries of a rank attending to `s_kv` keys: one call without context parallelism (causal
     when s_q > 1: training and prefill; a decoded token is one row), the mean of the ring's cp
@@ -136,26 +143,33 @@ def slowdown(s_q: Number, s_kv: Number, cp: Number, overhead_tokens: float) -> N
     # one call: the keys each query tile sees, the last s_q of s_kv under the causal mask
     causal = s_q > 1
     seen = np.where(causal, s_kv - s_q / 2, s_kv)
-    single = 1.0 / ramp(seen, overhead_tokens, causal)
+    single = 1.0 / ramp(seen, overhead_tokens, causal, causal_plateau)
     # the ring: the causal diagonal step on s_q x s_q, then cp - 1 half-rectangles of s_q / 2 keys
-    ring = (1.0 / ramp(s_q / 2, overhead_tokens, True) + (c - 1) / ramp(s_q / 2, overhead_tokens)) / c
+    diagonal = 1.0 / ramp(s_q / 2, overhead_tokens, True, causal_plateau)
+    ring = (diagonal + (c - 1) / ramp(s_q / 2, overhead_tokens)) / c
     return np.where(c > 1, ring, single)
 
 
-def window_slowdown(s_q: Number, keys_per_query: Number, cut: Number, overhead_tokens: float) -> Number:
+def window_slowdown(
+    s_q: Number, keys_per_query: Number, cut: Number, overhead_tokens: Number, causal_plateau: float = CAUSAL_PLATEAU
+) -> Number:
     """Time of a sliding-window layer's attention over its time at the non-causal plateau (>= 1):
     `s_q` queries (causal when s_q > 1) seeing `keys_per_query` keys on average; `cut`: the window
     ends inside the sequence (its far edge wastes half a tile too; module docstring)."""
     causal = np.asarray(s_q) > 1
     far = np.where(np.asarray(cut, dtype=bool) & causal, TILE_TOKENS / 2, 0.0)
-    return 1.0 / ramp(keys_per_query, overhead_tokens + far, causal)
+    return 1.0 / ramp(keys_per_query, overhead_tokens + far, causal, causal_plateau)
 
 
-def forward_slowdown(s_q: Number, s_kv: Number, cp: Number = 1) -> Number:
-    """`slowdown` of the forward pass."""
+def forward_slowdown(s_q: Number, s_kv: Number, cp: Number = 1, profile: FlashProfile | None = None) -> Number:
+    """`slowdown` of the forward pass (FlashAttention-3/4: its `profile`'s ramp)."""
+    if profile is not None:
+        return slowdown(s_q, s_kv, cp, profile.forward_overhead_tokens, profile.causal_plateau)
     return slowdown(s_q, s_kv, cp, FORWARD_TILE_OVERHEAD_TOKENS)
 
 
-def backward_slowdown(s_q: Number, s_kv: Number, cp: Number = 1) -> Number:
-    """`slowdown` of the backward pass."""
+def backward_slowdown(s_q: Number, s_kv: Number, cp: Number = 1, profile: FlashProfile | None = None) -> Number:
+    """`slowdown` of the backward pass (FlashAttention-3/4: its `profile`'s ramp)."""
+    if profile is not None:
+        return slowdown(s_q, s_kv, cp, profile.backward_overhead_tokens, profile.causal_plateau)
     return slowdown(s_q, s_kv, cp, BACKWARD_TILE_OVERHEAD_TOKENS)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from shardwise.physics import attention_flash34 as fa34
 from shardwise.physics.kernels import memory_s
 from shardwise.physics.layer_parts import LayerForward
 from shardwise.specs import Gpu
-from shardwise.specs._checks import Number
+from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.hardware import is_narrow
 from shardwise.specs.plan_choices import FLASH2_KERNELS
 
@@ -115,8 +116,23 @@ def attention_precision(precision: str) -> str:
     return "bf16" if is_narrow(precision) else precision
 
 
+def flash34_profile(gpu: Gpu, kernel: str) -> fa34.FlashProfile | None:
+    """FlashAttention-3/4's profile on `gpu` (`physics.attention_flash34`); None for the other kernels.
+    A GPU the kernel does not run on is refused (`requests.attention` names the flag first)."""
+    if kernel not in fa34.FLASH34_KERNELS:
+        return None
+    p = fa34.profile(gpu, kernel)
+    if p is None:
+        raise SpecError(f"plan: attention_kernel {fa34.refusal(gpu, kernel)}; use flash2 or fused")
+    return p
+
+
 def attention_relative_efficiency(gpu: Gpu, kernel: str) -> Number:
-    """A fused attention kernel's forward efficiency relative to the GPU's GEMMs (`physics.stack`)."""
+    """A fused attention kernel's forward efficiency relative to the GPU's GEMMs (`physics.stack`;
+    FlashAttention-3/4 its profile's, `physics.attention_flash34`)."""
+    p = flash34_profile(gpu, kernel)
+    if p is not None:
+        return p.forward_efficiency
     if kernel in FLASH2_KERNELS:
         own = np.asarray(gpu.flash2_efficiency, dtype=float)
         upstream = np.where(own > 0, own, FLASH_RELATIVE_EFFICIENCY)
@@ -146,6 +162,9 @@ def attention_backward_relative_efficiency(gpu: Gpu, kernel: str) -> Number:
     kernel's backward (FLASH_BACKWARD_RATIO x the forward's FLOPs): the forward's, or for
     FlashAttention-2 where the GPU carries a backward figure of its own (`flash2_backward_efficiency`,
     `FLASH_BACKWARD_FLOPS`) that one; SDPA's build times its backward fraction."""
+    p = flash34_profile(gpu, kernel)
+    if p is not None:  # its backward plateau, on the 2.5x count, as time at FLASH_BACKWARD_RATIO x the forward FLOPs
+        return p.backward_efficiency * FLASH_BACKWARD_RATIO / FLASH_BACKWARD_FLOPS
     forward = attention_relative_efficiency(gpu, kernel)
     if kernel == "sdpa-mem-efficient":
         return FLASH_RELATIVE_EFFICIENCY * MEM_EFFICIENT_BACKWARD_FRACTION
@@ -162,7 +181,11 @@ def flash2_head_dim_factors(gpu: Gpu, kernel: str, head_dim: Number) -> tuple[Nu
     head-dim-128 plateau: the kernel runs at the head dimension rounded up to its next template
     (`flash2_padded_head_dim`), whose extra columns are work that counts for nothing (d / rounded, every
     GPU), at that template's speed (`FLASH2_HEAD_DIM_FORWARD`, Hopper only); 1 for other kernels and
-    where no head dimension is known (0)."""
+    where no head dimension is known (0). FlashAttention-3/4: their own templates and figures
+    (`physics.attention_flash34.head_dim_factors`)."""
+    p = flash34_profile(gpu, kernel)
+    if p is not None:
+        return fa34.head_dim_factors(p, head_dim)
     if kernel not in FLASH2_KERNELS:
         return 1.0, 1.0
     d = np.asarray(head_dim, dtype=float)

@@ -18,8 +18,9 @@ import numpy as np
 
 from shardwise.physics import fp8_recipes
 from shardwise.physics.attention import BACKWARD_TILE_OVERHEAD_TOKENS as BWD_TILE
+from shardwise.physics.attention import CAUSAL_PLATEAU, backward_slowdown, forward_slowdown, window_slowdown
 from shardwise.physics.attention import FORWARD_TILE_OVERHEAD_TOKENS as FWD_TILE
-from shardwise.physics.attention import backward_slowdown, forward_slowdown, window_slowdown
+from shardwise.physics.attention_flash34 import FlashProfile
 
 # re-exported: the names the engines, physics.lora and the tests read here
 from shardwise.physics.attention_kernels import (  # noqa: F401
@@ -34,6 +35,7 @@ from shardwise.physics.attention_kernels import (  # noqa: F401
     attention_precision,
     attention_relative_efficiency,
     flash2_head_dim_factors,
+    flash34_profile,
     sdpa_flash_fractions,
     torch_ring_s,
 )
@@ -130,7 +132,14 @@ class LayerTimes:
 
 
 def _windowed_mean(
-    fwd: LayerForward, gpu: Gpu, attn_p: str, relative: Number, relative_bwd: Number, fused: Number, fused_bwd: Number
+    fwd: LayerForward,
+    gpu: Gpu,
+    attn_p: str,
+    relative: Number,
+    relative_bwd: Number,
+    fused: Number,
+    fused_bwd: Number,
+    profile: FlashProfile | None = None,
 ) -> tuple[Number, Number]:
     """(forward, backward) seconds of the fused attention of a mean layer whose `sliding_share` of
     layers are windowed: their kernels compute `window_fraction` of the rectangle, on the
@@ -139,8 +148,13 @@ def _windowed_mean(
     keys = np.asarray(fwd.window_fraction) * s_kv  # the keys a query sees on average
     cut = fwd.window_cut
     worked = win.flops * fwd.window_fraction
-    forward = roofline_s(worked, win.bytes, gpu, attn_p, relative / window_slowdown(s_q, keys, cut, FWD_TILE))
-    backward = roofline_s(worked, win.bytes, gpu, attn_p, relative_bwd / window_slowdown(s_q, keys, cut, BWD_TILE))
+    f_tile, b_tile, plateau = FWD_TILE, BWD_TILE, CAUSAL_PLATEAU
+    if profile is not None:  # FlashAttention-3/4's own ramp (`physics.attention_flash34`)
+        f_tile, b_tile = profile.forward_overhead_tokens, profile.backward_overhead_tokens
+        plateau = profile.causal_plateau
+    slow_f, slow_b = (window_slowdown(s_q, keys, cut, tile, plateau) for tile in (f_tile, b_tile))
+    forward = roofline_s(worked, win.bytes, gpu, attn_p, relative / slow_f)
+    backward = roofline_s(worked, win.bytes, gpu, attn_p, relative_bwd / slow_b)
     share = fwd.sliding_share
     return (1.0 - share) * fused + share * forward, (1.0 - share) * fused_bwd + share * backward
 
@@ -190,19 +204,22 @@ def layer_times(
     softmax = memory_s(fwd.softmax_bytes, gpu, kernels=SOFTMAX_KERNELS)
     scores, context = gemms_s((fwd.scores, fwd.context), gpu, attn_p)
     bmm = scores + context
-    # FlashAttention-2 padded to its kernel's head dimension, that kernel's speed on Hopper (flash2_head_dim_factors)
+    # FlashAttention-2 padded to its kernel's head dimension, that kernel's speed on Hopper (flash2_head_dim_factors;
+    # FlashAttention-3/4 their own, and their own ramps: `physics.attention_flash34`)
     hd_fwd, hd_bwd = flash2_head_dim_factors(gpu, attention_kernel, fwd.scores.k)
+    profile = flash34_profile(gpu, attention_kernel)
     relative = attention_relative_efficiency(gpu, attention_kernel) * hd_fwd
     # the fused kernel below its plateau: short sequences, the causal mask, ring steps (`physics.attention`)
     s_q, s_kv = fwd.scores.m, fwd.scores.n
     if fwd.document_len is not None:  # packed sequences: L-token causal calls (`physics.flops.layer_forward`)
         s_q = s_kv = fwd.document_len
     worked = fwd.flash.flops * fwd.causal_fraction
-    fused = roofline_s(worked, fwd.flash.bytes, gpu, attn_p, relative / forward_slowdown(s_q, s_kv, fwd.cp))
+    fused = roofline_s(worked, fwd.flash.bytes, gpu, attn_p, relative / forward_slowdown(s_q, s_kv, fwd.cp, profile))
     relative_bwd = attention_backward_relative_efficiency(gpu, attention_kernel) * hd_bwd
-    fused_bwd = roofline_s(worked, fwd.flash.bytes, gpu, attn_p, relative_bwd / backward_slowdown(s_q, s_kv, fwd.cp))
+    slow_bwd = backward_slowdown(s_q, s_kv, fwd.cp, profile)
+    fused_bwd = roofline_s(worked, fwd.flash.bytes, gpu, attn_p, relative_bwd / slow_bwd)
     if fwd.window_flash is not None:  # sliding-window layers (`physics.flops._windowed`), by their share
-        fused, fused_bwd = _windowed_mean(fwd, gpu, attn_p, relative, relative_bwd, fused, fused_bwd)
+        fused, fused_bwd = _windowed_mean(fwd, gpu, attn_p, relative, relative_bwd, fused, fused_bwd, profile)
     attention = np.where(flash, fused, bmm + softmax)
     elementwise = memory_s(fwd.elementwise_bytes, gpu, fwd.elementwise_kernels)
     eager = np.asarray(eager, dtype=bool)

@@ -41,6 +41,26 @@ def fallback_kernel(framework: str, kernel: str) -> str | None:
     return MEM_EFFICIENT if kernel == "sdpa-flash2" or framework in SDPA_FALLBACK_STACKS else None
 
 
+def check_arch(values: dict[str, Any], framework: str, gpu: Any) -> None:
+    """FlashAttention-3 off Hopper and FlashAttention-4 off Hopper and data-centre Blackwell are refused
+    in one line, as their builds refuse them (`physics.attention_flash34.refusal`): the kernel asked
+    for, else the framework preset's; not with --no-flash-attention, nor before sm80, where `changes`
+    says what runs instead."""
+    from shardwise import presets
+    from shardwise.physics.attention_flash34 import FLASH34_KERNELS, refusal
+
+    asked = values.get("attention_kernel")
+    if values.get("flash_attention") is False or not bool(getattr(gpu, "flash_attention", True)):
+        return
+    if asked is not None and asked not in FLASH34_KERNELS:
+        return
+    kernel = asked or presets.framework(framework).get("attention_kernel", "fused")
+    why = refusal(gpu, kernel) if kernel in FLASH34_KERNELS else ""
+    if why:
+        flag = f"--attention-kernel {kernel}" if asked else f"framework {framework!r}: attention_kernel {kernel}"
+        raise SpecError(f"{flag}: {why}; use --attention-kernel flash2 or fused")
+
+
 def changes(values: dict[str, Any], gpu: Any, notes: list[str] | None) -> dict[str, Any]:
     """The request fields to change so that the attention priced is what runs on `gpu`: none where
     the GPU runs the fused kernels, the stack asks for none, or SDPA's memory-efficient kernel was
@@ -48,11 +68,12 @@ def changes(values: dict[str, Any], gpu: Any, notes: list[str] | None) -> dict[s
     such a GPU is refused."""
     from shardwise import presets
 
+    framework = values.get("framework") or "megatron-core"
+    asked_flash, asked_kernel = values.get("flash_attention"), values.get("attention_kernel")
+    check_arch(values, framework, gpu)
     if bool(getattr(gpu, "flash_attention", True)):
         return {}
-    framework = values.get("framework") or "megatron-core"
     stack = presets.framework(framework)
-    asked_flash, asked_kernel = values.get("flash_attention"), values.get("attention_kernel")
     if asked_kernel == MEM_EFFICIENT or asked_flash is False:
         return {}
     if asked_flash is None and not stack.get("flash_attention", True):  # the stack's default is unfused

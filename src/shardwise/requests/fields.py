@@ -17,6 +17,9 @@ from shardwise.errors import SpecError
 from shardwise.precisions import FP8_RECIPES
 from shardwise.recompute_policies import SELECTIVE_POLICIES
 
+# `specs.plan_choices.ATTENTION_KERNELS`, spelt here: importing specs would import numpy
+ATTENTION_KERNEL_CHOICES = ("fused", "flash2", "sdpa-flash2", "te-flash2", "sdpa-mem-efficient", "flash3", "flash4")
+
 TRUE_WORDS = ("true", "yes", "on", "1")
 FALSE_WORDS = ("false", "no", "off", "0")
 
@@ -111,7 +114,7 @@ EXECUTION_FIELDS = (
     _f("framework", "str", "megatron-core"),
     _f("precision", "str"),  # None: bf16, fp16 on a GPU without BF16 (`requests.precision`); else TRAINING_PRECISIONS
     _f("flash_attention", "bool"),  # None: the framework's (`build.flash_attention`), else on
-    _f("attention_kernel", "str", None, "fused", "flash2", "sdpa-flash2", "te-flash2", "sdpa-mem-efficient"),
+    _f("attention_kernel", "str", None, *ATTENTION_KERNEL_CHOICES),
     _f("eager_kernels", "bool"),
     _f("fp8_recipe", "str", None, *FP8_RECIPES),
     _f("selective_policy", "str", None, *SELECTIVE_POLICIES),

@@ -40,7 +40,9 @@ class Recompute(IntEnum):
 MOE_DISPATCHERS = ("alltoall", "flex", "allgather", "dp-gather")
 # "sdpa-mem-efficient": PyTorch SDPA's memory-efficient backend (xFormers' CUTLASS kernels), what SDPA
 # runs where its flash backend cannot (before sm80: `requests.attention`)
-ATTENTION_KERNELS = ("fused", "flash2", "sdpa-flash2", "te-flash2", "sdpa-mem-efficient")  # physics.stack
+# "flash3": FlashAttention-3 (Hopper), "flash4": FlashAttention-4 (CuTe DSL; Hopper and data-centre Blackwell),
+# the flash-attn packages called directly or by HF's attn_implementation (`physics.attention_flash34`)
+ATTENTION_KERNELS = ("fused", "flash2", "sdpa-flash2", "te-flash2", "sdpa-mem-efficient", "flash3", "flash4")
 # the loss kernel: the stack's own, Transformer Engine's parallel_cross_entropy, or an eager cross-entropy
 # on the 16-bit logits without an fp32 cast (`physics.memory_stacks`)
 LOSS_KERNELS = ("stack", "te", "eager-bf16", "compiled")
