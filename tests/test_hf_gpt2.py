@@ -134,3 +134,27 @@ def test_the_autotuning_rows_remainder_lies_outside_deepspeeds_timed_forward_and
         assert -0.17 < priced / timed - 1.0 < 0.0
         outside = measured_step_s(rows[run]) - timed
         assert outside > float(gathered.breakdown.optimizer_s) + all_gather > 0.0
+
+
+def test_gelu_new_keeps_three_more_mlp_wide_tensors_for_the_backward():
+    """transformers' gelu_new saves tanh's output and both operands of its last multiply (3 x T x f at 2 B)
+    beyond a fused activation: memory of every layer without recomputation, on a GPT-2 that runs it."""
+    from shardwise.engines.training import training_memory
+    from shardwise.physics.hf_gpt2 import GELU_NEW_SAVED_WIDTHS
+
+    model = presets.model("gpt2-124m")
+    cluster = presets.system("dgx-2").with_(gpus_per_node=16)
+    kw = {"dp": 16, "micro_batch": 4, "global_batch": 64, "zero_stage": 1, "precision": "fp16"}
+    off, on = (
+        training_memory(Scenario(model, cluster, Plan(**kw, flash_attention=False, hf_gpt2_ops=ops)))
+        for ops in (False, True)
+    )
+    tokens = 4 * model.seq_len
+    extra = GELU_NEW_SAVED_WIDTHS * model.ffn_hidden * tokens * E * model.layers
+    assert GELU_NEW_SAVED_WIDTHS == 3.0
+    assert float(on.activations_bytes) - float(off.activations_bytes) == pytest.approx(extra)
+    # a gated MLP runs no gelu_new: nothing added
+    llama = presets.model("llama3.2-1b")
+    plans = (Plan(**kw, hf_gpt2_ops=ops) for ops in (False, True))
+    a, b = (training_memory(Scenario(llama, cluster, p)).activations_bytes for p in plans)
+    assert float(a) == float(b)

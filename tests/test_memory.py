@@ -246,6 +246,12 @@ def test_deepspeed_reduce_buckets_and_fp16_optimizer_step():
     assert DEEPSPEED_REDUCE_BUCKET_BYTES == 2e9  # two buckets of 5e8 16-bit elements
     zero1 = _memory("llama3.2-1b", dp=8, global_batch=8, zero_stage=1, framework="megatron-deepspeed")
     assert float(zero1.buffers_bytes) == DEEPSPEED_REDUCE_BUCKET_BYTES
+    # the second buffer only with overlap_comm; none on stage 1's whole-gradient path (DeepSpeed before
+    # v0.13 sets contiguous_gradients off at stage 1: no buffer, the flat copy made after the backward)
+    kw = {"dp": 8, "global_batch": 8, "zero_stage": 2, "framework": "deepspeed", "overlap_grad_reduce": False}
+    assert float(_memory("llama3.2-1b", **kw).buffers_bytes) == DEEPSPEED_REDUCE_BUCKET_BYTES / 2
+    kw |= {"zero_stage": 1, "zero1_grad_all_reduce": True}
+    assert float(_memory("llama3.2-1b", **kw).buffers_bytes) == 0.0
     # without ZeRO the step's fp32 gradient copies (8 B a parameter) outweigh what full
     # recomputation keeps of the activations
     zero0 = _memory("llama3.2-1b", dp=8, global_batch=8, zero_stage=0, recompute="full", framework="megatron-deepspeed")
