@@ -80,11 +80,12 @@ def test_only_the_autotuning_gpt2_rows_take_the_gpt2_ops_and_deepspeed_05s_zero1
         assert kw["hf_gpt2_ops"] and kw["zero1_grad_all_reduce"]
         assert not kw["overlap_grad_reduce"] and not kw["overlap_param_gather"]
         assert public_stacks.execution(r)[1].get("hf_gpt2_ops") is True
-    # hpcaitech's Lightning benchmark builds transformers' GPT2LMHeadModel too: the op chain, not DeepSpeed 0.5's step
+    # hpcaitech's Lightning benchmark builds transformers' GPT2LMHeadModel too: the op chain, not DeepSpeed 0.5's
+    # step; its training_step frees the logits before the backward, and Lightning's DeepSpeedStrategy reduces in
+    # buckets of 2e8 elements
     lightning = [r for r in others if "hpcaitech/ColossalAI-Pytorch-lightning" in r["source"]]
-    assert lightning and all(
-        public_overlap_recipes.plan_settings(r) == {"hf_gpt2_ops": True, "loss_kernel": "eager-bf16"} for r in lightning
-    )
+    expected = {"hf_gpt2_ops": True, "loss_kernel": "eager-bf16-freed", "zero3_buckets": "reduce=2e8"}
+    assert lightning and all(public_overlap_recipes.plan_settings(r) == expected for r in lightning)
     assert not any(public_stacks.execution(r)[1].get("hf_gpt2_ops") for r in others if r not in lightning)
 
 
@@ -104,3 +105,56 @@ def test_the_trainers_adamw_under_deepspeed_05s_step_moves_its_own_bytes_per_sha
 
     kw = [public_overlap_recipes.plan_settings(r) for r in raw_rows() if r["framework"] == "deepspeed"]
     assert sorted({k.get("optimizer_step_bytes", 0.0) for k in kw}) == [0.0, HF_TRAINER_ZERO1_STEP_BYTES]
+
+
+# DeepSpeedExamples training/autotuning/hf/{gpt2,gpt2-large}/README.md, 'Detailed `HF + DS autotuning` Result
+# Summary': the z1 metric, train batch / (forward + backward + step) of DeepSpeed 0.5.7's synchronised timers
+# at steps 3-5, where the fp16 step is skipped (the loss scale starts at 2^32): the forward, the backward and
+# the gradient all-reduce (docs/model.md#deepspeed-own-timers); (row, samples/s, train batch)
+DEEPSPEED_TIMED = (("PUB-1339", 452.004, 240), ("PUB-1343", 87.3017, 48))
+
+
+def test_the_autotuning_rows_remainder_lies_outside_deepspeeds_timed_forward_and_backward():
+    """What DeepSpeed itself timed (forward, backward, all-reduce) is priced within a sixth; the rows end to
+    end are longer than that by more than the priced step and all-gather: the rest of the miss is not in
+    the passes DeepSpeed timed."""
+    from shardwise.analyses import public_moe
+    from shardwise.analyses.public_runs import measured_step_s, raw_rows, request_for
+    from shardwise.engines.training import estimate_training_step
+
+    rows = {r["id"]: public_moe.resolved(r) for r in raw_rows()}
+    for run, samples_per_s, batch in DEEPSPEED_TIMED:
+        request = request_for(rows[run])
+        gathered = estimate_training_step(request.scenario())
+        hidden = estimate_training_step(dataclasses.replace(request, overlap_param_gather=True).scenario())
+        all_reduce = float(hidden.breakdown.dp_comm_s)
+        all_gather = float(gathered.breakdown.dp_comm_s) - all_reduce
+        timed = batch / samples_per_s
+        priced = float(gathered.breakdown.compute_s) + all_reduce
+        assert -0.17 < priced / timed - 1.0 < 0.0
+        outside = measured_step_s(rows[run]) - timed
+        assert outside > float(gathered.breakdown.optimizer_s) + all_gather > 0.0
+
+
+def test_gelu_new_keeps_three_more_mlp_wide_tensors_for_the_backward():
+    """transformers' gelu_new saves tanh's output and both operands of its last multiply (3 x T x f at 2 B)
+    beyond a fused activation: memory of every layer without recomputation, on a GPT-2 that runs it."""
+    from shardwise.engines.training import training_memory
+    from shardwise.physics.hf_gpt2 import GELU_NEW_SAVED_WIDTHS
+
+    model = presets.model("gpt2-124m")
+    cluster = presets.system("dgx-2").with_(gpus_per_node=16)
+    kw = {"dp": 16, "micro_batch": 4, "global_batch": 64, "zero_stage": 1, "precision": "fp16"}
+    off, on = (
+        training_memory(Scenario(model, cluster, Plan(**kw, flash_attention=False, hf_gpt2_ops=ops)))
+        for ops in (False, True)
+    )
+    tokens = 4 * model.seq_len
+    extra = GELU_NEW_SAVED_WIDTHS * model.ffn_hidden * tokens * E * model.layers
+    assert GELU_NEW_SAVED_WIDTHS == 3.0
+    assert float(on.activations_bytes) - float(off.activations_bytes) == pytest.approx(extra)
+    # a gated MLP runs no gelu_new: nothing added
+    llama = presets.model("llama3.2-1b")
+    plans = (Plan(**kw, hf_gpt2_ops=ops) for ops in (False, True))
+    a, b = (training_memory(Scenario(llama, cluster, p)).activations_bytes for p in plans)
+    assert float(a) == float(b)

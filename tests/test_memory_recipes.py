@@ -186,6 +186,25 @@ def test_an_eager_loss_on_bf16_logits_keeps_8_bytes_a_logit_and_flash_attn_train
     assert diff == pytest.approx((12.0 - EAGER_BF16_LOGIT_BYTES) * m.seq_len * m.vocab)
 
 
+def test_an_eager_bf16_loss_whose_logits_are_freed_before_the_backward_keeps_6_bytes_a_logit():
+    """A Lightning training_step that returns the loss alone (hpcaitech's GPTLitModule): the logits are
+    gone before the backward, so the peak is the logits, the shift's copy and log_softmax's output in the
+    forward, or the saved output and two gradients in the backward: 6 B a logit, 2 fewer than where the
+    caller holds the logits; 2 saved either way."""
+    from shardwise.physics.memory_losses import EAGER_BF16_FREED_LOGIT_BYTES
+    from shardwise.physics.memory_stacks import EAGER_BF16_LOGIT_BYTES, stack_memory
+
+    freed = stack_memory("deepspeed", "eager-bf16-freed")
+    assert freed.logits_bytes_per_element == EAGER_BF16_FREED_LOGIT_BYTES == EAGER_BF16_LOGIT_BYTES - 2 == 6.0
+    held_saved = stack_memory("deepspeed", "eager-bf16").saved_logits_bytes_per_element
+    assert freed.saved_logits_bytes_per_element == held_saved == 2.0
+    m = presets.model("gpt2-xl")
+    kw = {"dp": 4, "micro_batch": 4, "global_batch": 16, "zero_stage": 3, "framework": "deepspeed"}
+    held, gone = (_memory("gpt2-xl", loss_kernel=k, **kw) for k in ("eager-bf16", "eager-bf16-freed"))
+    diff = float(held.activations_bytes) - float(gone.activations_bytes)
+    assert diff == pytest.approx(2.0 * m.seq_len * 4 * m.vocab)
+
+
 def _fits(row) -> bool:
     from shardwise.analyses import public_validation
     from shardwise.engines.training import training_memory
@@ -276,12 +295,13 @@ def test_torchtitans_launcher_sets_expandable_segments_and_a_row_may_say_otherwi
         assert (share > 0) is not expandable
 
 
+@pytest.mark.parametrize("kernel", ["eager-bf16", "eager-bf16-freed"])
 @pytest.mark.parametrize("tool", ["megatron", "deepspeed", "torchtitan"])
-def test_emitters_whose_loss_cannot_run_an_eager_bf16_loss_refuse_it(cli, tool):
+def test_emitters_whose_loss_cannot_run_an_eager_bf16_loss_refuse_it(cli, tool, kernel):
     args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--num-gpus", "8", "--global-batch", "16"]
     framework = {"megatron": "megatron-core", "deepspeed": "megatron-deepspeed", "torchtitan": "torchtitan"}[tool]
-    code, _, err = cli([*args, "--framework", framework, "--loss-kernel", "eager-bf16", "--top", "1", "--emit", tool])
-    assert code == 2 and "--loss-kernel eager-bf16" in err and "Traceback" not in err
+    code, _, err = cli([*args, "--framework", framework, "--loss-kernel", kernel, "--top", "1", "--emit", tool])
+    assert code == 2 and f"--loss-kernel {kernel}" in err and "Traceback" not in err
 
 
 def test_deepspeeds_refusal_of_what_megatron_refuses_too_says_what_to_plan(cli):

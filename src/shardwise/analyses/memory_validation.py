@@ -16,8 +16,9 @@ not state. The source's peak is compared with the estimate's matching part:
 
 A row may state in its `other_config` what the framework's preset would otherwise decide, as
 name=value: `ep` (expert parallelism, folded into the data-parallel ranks), `vpp`, `sequence_parallel`,
-`flash_attention`, `optimizer_state`, `loss_kernel`, `grad_reduce_bf16`, and `stage` (first | last: the
-pipeline stage whose peak the source logs, Megatron-LM the last rank's; the fullest stage otherwise).
+`flash_attention`, `optimizer_state`, `loss_kernel`, `grad_reduce_bf16`, `zero3_buckets` (DeepSpeed's
+ZeRO-3 buckets, "reduce:2e8"), and `stage` (first | last: the pipeline stage whose peak the source
+logs, Megatron-LM the last rank's; the fullest stage otherwise).
 
 Metrics: of the runs that ran out of memory, how many the model calls out of memory (recall);
 of those that fit, how many it calls out of memory (false-OOM rate); the same two under `plan`'s
@@ -37,6 +38,7 @@ from importlib import resources
 import numpy as np
 
 from shardwise import presets
+from shardwise.analyses.memory_evidence_models import MODELS
 from shardwise.engines.training import training_memory
 from shardwise.errors import SpecError
 from shardwise.physics.memory import MemoryBreakdown
@@ -48,56 +50,10 @@ from shardwise.units import GIB
 CITATION = (
     "published fits / out-of-memory runs and peaks (InternEvo, Megatron-DeepSpeed, Megatron-LM functional "
     "tests and issues, torchtitan + torchao, torchtitan's DeepSeek-V3 16B issue and notes, PyTorch FSDP, Liger-Kernel, "
-    "torchtune, Colossal-AI, DeepSpeed ALST, NeMo Automodel CI, OpenRLHF; "
+    "torchtune, Colossal-AI, DeepSpeed ALST, NeMo Automodel CI, OpenRLHF, hpcaitech's Lightning benchmark; "
     "data/public_memory_evidence.csv)"
 )
 
-_GPT7B: dict[str, int | str] = {
-    "layers": 32,
-    "hidden": 4096,
-    "heads": 32,
-    "kv_heads": 8,
-    "ffn_hidden": 16384,
-    "tied_embeddings": False,
-}
-# The models the rows name: a preset, or the shape the source gives (InternLM configs: vocab 103168,
-# SwiGLU, RMSNorm; GPT-3 1.3B as Megatron-DeepSpeed's script runs it, vocab padded to 50304).
-MODELS: dict[str, tuple[str, dict[str, int | str]]] = {
-    "InternLM-7B": (
-        "internlm-7b",
-        {"layers": 32, "hidden": 4096, "heads": 32, "ffn_hidden": 11008, "vocab": 103168, "family": "llama"},
-    ),
-    "InternLM-20B": (
-        "internlm-20b",
-        {"layers": 60, "hidden": 5120, "heads": 40, "ffn_hidden": 13824, "vocab": 103168, "family": "llama"},
-    ),
-    "GPT-3 1.3B (L24 h2048 heads16)": ("gpt3-1.3b", {"layers": 24, "hidden": 2048, "heads": 16, "vocab": 50304}),
-    "Llama-3-8B": ("llama3-8b", {}),
-    "Llama3-8B": ("llama3-8b", {}),
-    "Llama-2-70B-chat": ("llama2-70b", {}),
-    "Llama4-Scout-17Bx16E truncated to 2 layers (torchtitan debug config)": ("llama4-scout", {"layers": 2}),
-    "Llama-2-7B": ("llama2-7b", {}),
-    "Llama-3-70B": ("llama3-70b", {}),
-    "Llama-3.3-70B-Instruct": ("llama3-70b", {}),  # Llama 3.1 70B's shape
-    "Meta-Llama-3-8B": ("llama3-8b", {}),
-    # torchtitan's DeepSeek-V3 "16B" flavor (torchtitan/models/deepseek_v3/__init__.py at 82a9530f6: 27
-    # layers, 1 dense, dim 2048, 16 heads, MLA kv_lora_rank 512 without a query latent, 64 routed experts
-    # top-6 of width 1408, 2 shared, dense inter_dim 10944, vocab 102400): Moonlight-16B's shape
-    # (DeepSeek-V2-Lite's) with that vocabulary and dense width
-    "DeepSeek-V3 16B (torchtitan flavor: L27 h2048, 64 experts top-6 + 2 shared, MLA, vocab 102400)": (
-        "moonlight-16b",
-        {"vocab": 102400, "ffn_hidden": 10944},
-    ),
-    # Megatron-LM's GPT 7B functional test: GeLU 4h MLP, learned positions, LayerNorm, biases, dropout
-    # 0.1 (gpt family), untied; vocab 131073 padded to 128 x tp
-    "GPT 7B functional test (L32 h4096 a32 g8, GeLU 4h, vocab 131200)": ("gpt-7b-test", _GPT7B | {"vocab": 131200}),
-    "GPT 7B functional test (L32 h4096 a32 g8, GeLU 4h, vocab 131584)": ("gpt-7b-test", _GPT7B | {"vocab": 131584}),
-    # jindajia/Megatron-LM debug/gpt2_755.sh: --swiglu (ffn int(4h 2/3) to a multiple of 64), GPT-2 BPE
-    "GPT 774M (L36 h1280 a20, SwiGLU)": (
-        "gpt-774m-swiglu",
-        {"layers": 36, "hidden": 1280, "heads": 20, "ffn_hidden": 3392, "vocab": 50304, "gated_mlp": True},
-    ),
-}
 # (leading words of the GPU column, system preset); A800 = A100 with less NVLink, the same 80 GB.
 SYSTEMS = (
     ("A800", "dgx-a100"),
@@ -122,6 +78,7 @@ FRAMEWORKS = (
     ("Megatron-Bridge", "megatron-core"),
     ("NeMo Automodel", "nemo-automodel"),
     ("OpenRLHF (DeepSpeed", "deepspeed"),
+    ("Lightning DeepSpeedStrategy", "deepspeed"),
 )
 # (words in the framework column, what the published peak measures)
 PEAK_KINDS = (
@@ -129,6 +86,7 @@ PEAK_KINDS = (
     ("Megatron-DeepSpeed", "allocated"),
     ("Megatron-LM", "allocated"),  # mem-max-allocated-bytes: torch.cuda.memory_stats' allocated peak
     ("torchtitan", "reserved"),
+    ("Lightning", "allocated"),  # hpcaitech's benchmark/gpt/callback.py: torch.cuda.max_memory_allocated
 )
 # plan fields a row states in its other_config column as name=value (what the framework's preset
 # would otherwise decide)
@@ -136,6 +94,9 @@ OVERRIDES = re.compile(
     r"\b(ep|vpp|sequence_parallel|flash_attention|stage|recompute_modules|optimizer_state|expandable_segments|loss_kernel"
     r"|functional_a2a|grad_reduce_bf16)=([\w,-]+)"
 )
+# DeepSpeed ZeRO-3's buckets a row states (`Plan.zero3_buckets` as text: zero3_buckets=reduce:2e8,...;
+# the colons stand for the command line's "=")
+ZERO3_BUCKETS = re.compile(r"\bzero3_buckets=([\w:.,]+)")
 # what the model does not express, by words in the row (checked in this order)
 NOT_MODELLED = (
     ("BERT", "an encoder fine-tuned on SQuAD, no sequence length stated"),
@@ -145,7 +106,7 @@ NOT_MODELLED = (
     ("Paged", "a paged 8-bit optimizer, batch not stated"),
     ("Liger kernels", "Liger's fused linear cross-entropy (never materialises the logits)"),
     ("torchtune", "torchtune's pure-bf16 optimizer state (no fp32 master weights)"),
-    ("Colossal", "micro-batch or data-parallel size not stated"),
+    ("ColossalAI README", "micro-batch or data-parallel size not stated"),
 )
 
 
@@ -345,6 +306,7 @@ def scenario(row: dict[str, str]) -> tuple[Scenario, str]:
         flash_attention=flash,
         optimizer_state=stated.get("optimizer_state"),
         loss_kernel=stated.get("loss_kernel"),
+        zero3_buckets=(z3 := ZERO3_BUCKETS.search(row["other_config"])) and z3[1].replace(":", "="),
         functional_a2a={"true": True, "false": False}.get(stated.get("functional_a2a", "")),
         grad_reduce_bf16={"true": True, "false": False}.get(stated.get("grad_reduce_bf16", "")),
         expandable_segments=expandable,

@@ -91,9 +91,14 @@ HF_GPT2_CONFIGS = (RecipeFact("GitHub deepspeedai/DeepSpeedExamples training/aut
 # (hpcaitech/ColossalAI-Pytorch-lightning benchmark/gpt/model.py GPTLMModel @395762e0) under DeepSpeed
 # ZeRO-3 and Colossal-AI Gemini; their optimizers are fused (FusedAdam, HybridAdam: same file). Its loss
 # (GPTLMLoss, same file) is nn.CrossEntropyLoss on the shifted 16-bit logits the fp16 model returns (labels
-# are not passed to the model, so no fp32 cast): `Plan.loss_kernel` "eager-bf16" (the shift's contiguous
-# copy, 2 bytes a logit more at the peak, is not counted)
+# are not passed to the model, so no fp32 cast), and GPTLitModule.training_step returns the loss alone, so
+# the logits are gone before Lightning's backward: `Plan.loss_kernel` "eager-bf16-freed" (6 bytes a logit:
+# `physics.memory_losses.EAGER_BF16_FREED_LOGIT_BYTES`). Its DeepSpeed rows run Lightning's
+# DeepSpeedStrategy(stage=3) defaults (Lightning-AI/pytorch-lightning 00328e8251b7
+# pytorch_lightning/strategies/deepspeed.py: reduce_bucket_size 200_000_000 where DeepSpeed's own is 5e8;
+# no stage3_* key, so DeepSpeed's): `Plan.zero3_buckets` reduce 2e8.
 HF_GPT2_MODELS = (RecipeFact("GitHub hpcaitech/ColossalAI-Pytorch-lightning benchmark/gpt/"),)
+LIGHTNING_ZERO3_BUCKETS = "reduce=2e8"
 
 
 def plan_settings(row: dict[str, str]) -> dict[str, object]:
@@ -112,7 +117,8 @@ def plan_settings(row: dict[str, str]) -> dict[str, object]:
             "optimizer_step_bytes": HF_TRAINER_ZERO1_STEP_BYTES if gpt2 else 0.0,
         }
     if any(fact.covers(row) for fact in HF_GPT2_MODELS):
-        return {"hf_gpt2_ops": True, "loss_kernel": "eager-bf16"}
+        lightning_ds = {"zero3_buckets": LIGHTNING_ZERO3_BUCKETS} if row["framework"] == "deepspeed" else {}
+        return {"hf_gpt2_ops": True, "loss_kernel": "eager-bf16-freed", **lightning_ds}
     if any(fact.covers(row) for fact in NO_OVERLAP_RECIPES):
         return {"tp_comm_overlap": False, "overlap_param_gather": False}
     if row.get("workload") == "lora" and any(fact.covers(row) for fact in LORA_NO_CALLBACK_RECIPES):

@@ -311,12 +311,13 @@ execution_options = stack_options(
     ),
     click.option(
         "--loss-kernel",
-        type=click.Choice(["stack", "te", "eager-bf16", "compiled"], case_sensitive=False),
+        type=click.Choice(["stack", "te", "eager-bf16", "eager-bf16-freed", "compiled"], case_sensitive=False),
         help="The loss: the framework's own (stack), Transformer Engine's parallel_cross_entropy (te: "
         "Megatron-Core --cross-entropy-loss-fusion --cross-entropy-fusion-impl te), which keeps only the "
         "16-bit logits, or PyTorch's eager cross-entropy on the 16-bit logits without an fp32 cast "
-        "(eager-bf16, 8 B a logit, also where the framework's own loss keeps fewer), or the fp32 loss compiled "
-        "alone, the model eager (compiled, 6 B a logit: torchtitan --compile.components loss) (memory only) "
+        "(eager-bf16, 8 B a logit, also where the framework's own loss keeps fewer; eager-bf16-freed, 6 B: the "
+        "logits freed before the backward, a Lightning training_step returning the loss), or the fp32 loss "
+        "compiled alone, the model eager (compiled, 6 B a logit: torchtitan --compile.components loss) (memory only) "
         "[default: the framework's].",
     ),
     click.option(

@@ -73,7 +73,11 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         (p.loss_kernel == "te", "Transformer Engine's cross-entropy (--loss-kernel te)"),
         (p.loss_kernel == "compiled", "a loss compiled alone (--loss-kernel compiled, torchtitan's)"),
         # Megatron-DeepSpeed's loss is Megatron's vocab-parallel cross-entropy on fp32 logits
-        (p.loss_kernel == "eager-bf16", "an eager cross-entropy on 16-bit logits (--loss-kernel eager-bf16)", NO_LOSS),
+        (
+            p.loss_kernel.startswith("eager-bf16"),
+            f"an eager cross-entropy on 16-bit logits (--loss-kernel {p.loss_kernel})",
+            NO_LOSS,
+        ),
         (p.optimizer_state != "fp32", f"an optimizer state of {p.optimizer_state} (--optimizer-state)", FP32_STATE),
         (bool(p.cuda_graph_scope), "Megatron-Core's CUDA graphs (--cuda-graph-scope)"),
         (bool(p.recompute_modules), "per-module selective recomputation (--recompute-modules, Megatron-Core's)"),

@@ -52,10 +52,10 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
             "--emit megatron: a loss compiled alone (--loss-kernel compiled) is torchtitan's; Megatron-LM's "
             "vocab-parallel cross-entropy is fused already: plan with --loss-kernel stack or te"
         )
-    if p.loss_kernel == "eager-bf16":
+    if p.loss_kernel.startswith("eager-bf16"):
         # pretrain_gpt.py's loss: the vocab-parallel cross-entropy, or TE's / Megatron's fused ones
         raise EmitError(
-            "--emit megatron: an eager cross-entropy on 16-bit logits (--loss-kernel eager-bf16) is not a "
+            f"--emit megatron: an eager cross-entropy on 16-bit logits (--loss-kernel {p.loss_kernel}) is not a "
             "Megatron-LM loss; plan with --loss-kernel stack or te"
         )
     if p.optimizer_state == "bf16":

@@ -116,7 +116,7 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         )
     if i(p.mtp_layers) > 0:
         raise EmitError("--emit torchtitan: multi-token prediction (--mtp-layers) is not a torchtitan option")
-    if p.loss_kernel in ("te", "eager-bf16"):
+    if p.loss_kernel in ("te", "eager-bf16", "eager-bf16-freed"):
         # torchtitan's loss casts the logits to fp32 (components/loss.py: `pred.flatten(0, 1).float()`)
         raise EmitError(
             f"--emit torchtitan: --loss-kernel {p.loss_kernel} is not a torchtitan option (its cross-entropy "

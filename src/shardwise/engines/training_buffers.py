@@ -164,7 +164,8 @@ def buffer_terms(
     # its bucket is `deepspeed_zero3_buffers`' under ZeRO-3; FSDP's units' fallback keeps the stack's
     deepspeed3 = plan.zero3_buckets is not None if model is None else deepspeed_traced(model, plan, moe)
     zero, ranks = plan.zero_stage, plan.zero_ranks
-    return _buffer_terms(plan.dp, plan.cp, zero, ranks, stack, plan.zero1_grad_all_reduce, deepspeed3)
+    overlap = plan.overlap_grad_reduce
+    return _buffer_terms(plan.dp, plan.cp, zero, ranks, stack, plan.zero1_grad_all_reduce, deepspeed3, overlap)
 
 
 @kept
@@ -176,12 +177,20 @@ def _buffer_terms(
     stack: mem.StackMemory,
     no_ddp: Number = False,
     deepspeed3: bool = False,
+    overlap: Number = True,
 ) -> tuple[Number, Number, Number]:
     ranks = as_array(dp) * as_array(cp)
     zero = as_array(zero_stage)
     ddp_on = (ranks > 1) & (zero < 3) & ~(as_bool(no_ddp) & (zero >= 1))
     top = 3 if deepspeed3 else 4  # ZeRO-3's buckets counted apart under DeepSpeed's (`zero3_buffers`)
-    buckets = ifelse((ranks > 1) & (zero >= 1) & (zero < top), stack.zero_bucket_bytes, 0.0)
+    # DeepSpeed ZeRO 1-2's buffers (`physics.memory_stacks.DEEPSPEED_REDUCE_BUCKET_BYTES`, two): the second
+    # only with overlap_comm (stage_1_and_2.py setup_buckets: "double buffers ... when overlap_comm is
+    # enabled"), none on stage 1's whole-gradient path (DeepSpeed v0.4.4-v0.12: engine.py
+    # _configure_zero_optimizer sets contiguous_gradients and overlap_comm False at stage 1, PR #1246,
+    # until PR #4887 in v0.13.0; `Plan.zero1_grad_all_reduce`), where allreduce_bucket's flat copy is
+    # made after the backward pass
+    held = ifelse((zero == 1) & as_bool(no_ddp), 0.0, ifelse(as_bool(overlap), 1.0, 0.5))
+    buckets = ifelse((ranks > 1) & (zero >= 1) & (zero < top), held * stack.zero_bucket_bytes, 0.0)
     shards = as_array(zero_ranks)
     # the step's copies of the optimizer shard's gradients, freed before the ZeRO-1 gather; less
     # the unsharded 16-bit gradients a stack frees before its step's fullest moment (`step_frees_grads`)

@@ -23,6 +23,7 @@ from shardwise.engines.training_buffers import (  # the step's buffers, split ou
 from shardwise.engines.training_states import stage_states  # the stages' model state, split out
 from shardwise.physics import fp8_recipes, offload
 from shardwise.physics import memory as mem
+from shardwise.physics.hf_gpt2 import gelu_new_saved_elements
 from shardwise.physics.memory_runtime import (
     NVLS_HEAD_BYTES,
     pipeline_p2p_bytes,
@@ -81,6 +82,7 @@ def memory_terms(
         plan.recompute_modules,
         fp8_input_bytes(plan),
         kept_fraction(plan.tp, plan.partition_activations),
+        plan.hf_gpt2_ops,
     )
     reserved = runtime_reserve_bytes(scn, stack)
     states = tuple(stage_states(plan, params, expert_params, trained))
@@ -322,6 +324,7 @@ def _layer_terms(
     modules: tuple[str, ...] = (),
     fp8_in: float = 0.0,
     kept_share: Number = 1.0,
+    gelu_new: Number = False,
 ) -> tuple[Number, ...]:
     """What `memory_breakdown` reads of one layer and of the output layer, the same on every stage
     and for every dp, batch and ZeRO stage (kept per those arguments, `specs.memo.kept`): (a layer's
@@ -329,7 +332,8 @@ def _layer_terms(
     a layer's backward transients, the logits, the output layer's saved inputs, the sequence split,
     a layer's dropout mask per micro-batch before that split). `fp8_in`: `fp8_input_bytes`."""
     s = model.seq_len
-    extra = stack.extra_saved_elements(model)
+    # transformers' GPT-2 (`Plan.hf_gpt2_ops`): gelu_new's saved chain (`physics.hf_gpt2`)
+    extra = stack.extra_saved_elements(model) + gelu_new_saved_elements(model, None, gelu_new)
     per_layer = mem.layer_activation_bytes(
         model, b, t, sequence_parallel, recompute, flash_attention, e, None, policy, extra, modules, fp8_in,
         stack.kept_hidden(model) * kept_share,  # 1/t under DeepSpeed's partitioned checkpoints

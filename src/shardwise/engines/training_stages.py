@@ -22,6 +22,7 @@ from shardwise.errors import SpecError
 from shardwise.physics import memory as mem
 from shardwise.physics import offload
 from shardwise.physics.collectives import Fabric
+from shardwise.physics.hf_gpt2 import gelu_new_saved_elements
 from shardwise.physics.microbatch import pipeline_transfers
 from shardwise.physics.remat_partition import kept_fraction
 from shardwise.physics.topology import placement
@@ -156,7 +157,8 @@ def offload_times(
         plan.bytes_per_element,
         None,
         plan.selective_policy,
-        mem.stack_memory(plan.memory_stack_key).extra_saved_elements(model),
+        mem.stack_memory(plan.memory_stack_key).extra_saved_elements(model)
+        + gelu_new_saved_elements(model, None, plan.hf_gpt2_ops),
         plan.recompute_modules,
         fp8_input_bytes(plan),
         mem.stack_memory(plan.memory_stack_key).kept_hidden(model) * kept_fraction(plan.tp, plan.partition_activations),

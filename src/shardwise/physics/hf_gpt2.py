@@ -81,7 +81,7 @@ import numpy as np
 
 from shardwise.physics.kernels import memory_s
 from shardwise.physics.layer_parts import LayerForward
-from shardwise.specs import Gpu, Plan
+from shardwise.specs import Gpu, Model, Plan
 from shardwise.specs._checks import Number
 
 # bytes per score element beyond the priced fused path's, as multiples of e and in bytes (table above)
@@ -96,6 +96,12 @@ RESIDUAL_EXTRA_E = 2.0  # per hidden element of each of the two residual branche
 RESIDUAL_BRANCHES = 2
 # the Trainer + DeepSpeed 0.5 ZeRO-1 optimizer step, bytes per parameter of the partition (table above)
 HF_TRAINER_ZERO1_STEP_BYTES = 10.0 + 18.0 + 10.0 + 8.0 + 72.0 + 6.0
+# What gelu_new keeps for its backward pass (autograd of the chain above, PyTorch 1.x): TanhBackward0 its
+# output, the last MulBackward0 both operands (`0.5 * x` and `1.0 + tanh(...)`), PowBackward0 x, the
+# up-projection's output the inventory holds already; the scalar multiplies and adds keep nothing. Three
+# T x f tensors at the 16-bit width beyond a fused activation's, which keeps its input alone
+# (`physics.memory_activations.layer_activation_bytes`): memory, where `Plan.hf_gpt2_ops`
+GELU_NEW_SAVED_WIDTHS = 3.0
 
 
 def hf_gpt2_extra_bytes(
@@ -146,3 +152,12 @@ def hf_gpt2_extra_s(fwd: LayerForward, gpu: Gpu, plan: Plan) -> tuple[Number, Nu
     )
     forward, backward = memory_s(f_bytes, gpu, f_kernels), memory_s(b_bytes, gpu, b_kernels)
     return np.where(on, forward, 0.0), np.where(on, backward, 0.0)
+
+
+def gelu_new_saved_elements(model: Model, ffn: Number | None, on: Number) -> Number:
+    """Elements per token one layer's gelu_new keeps beyond the activation inventory (before the TP
+    split, as `StackMemory.extra_saved_elements`): 3 f where `on` (`Plan.hf_gpt2_ops`) and the MLP is
+    not gated, else 0; `ffn`: the dense MLP's width (the model's where None)."""
+    f = model.ffn_hidden if ffn is None else ffn
+    plain = ~np.asarray(model.gated_mlp, dtype=bool)
+    return np.where(np.asarray(on, dtype=bool) & plain, GELU_NEW_SAVED_WIDTHS * f, 0.0)

@@ -5,8 +5,9 @@ logit each keeps at the loss's peak and saved for the backward pass; split out o
 A named kernel is the one the run's loss uses, so its bytes replace the stack's own whatever that
 keeps: "te" 2 (below every stack's), "eager-bf16" 8 at the peak and 2 saved, also on a stack whose
 own loss is fused and keeps fewer (Megatron-LM's 6: a run that names an eager loss does not run
-the fused one), "compiled" 6 (the fp32 loss compiled alone, the model eager). Emitters whose tool
-cannot run the named kernel refuse it (`emit`).
+the fused one), "eager-bf16-freed" 6 (the same loss, its logits freed before the backward pass),
+"compiled" 6 (the fp32 loss compiled alone, the model eager). Emitters whose tool cannot run the
+named kernel refuse it (`emit`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,17 @@ TE_CROSS_ENTROPY_LOGIT_BYTES = 2.0
 # its input (2 + 2): 8 at the backward's start where the fp32 cast makes it 12; saved: the output, 2.
 EAGER_BF16_LOGIT_BYTES = 8.0
 EAGER_BF16_SAVED_LOGIT_BYTES = 2.0
+# The same eager loss where the caller drops the logits before the backward pass: a PyTorch Lightning
+# `training_step` that returns the loss alone (hpcaitech/ColossalAI-Pytorch-lightning benchmark/gpt/
+# model.py GPTLitModule.training_step @6a82b801: `logits = self.model(...)`, `loss = self.criterion(logits,
+# input_ids)`, `return loss`; Lightning runs the backward on the returned loss after the step returns, so
+# the local `logits` is gone), with the shift of GPTLMLoss (same file: `logits[..., :-1, :].contiguous()`,
+# a copy). Forward peak: the logits (2), the shifted copy (2) and log_softmax's output (2); log_softmax
+# saves its output, not its input, so the copy is freed when the loss returns. Backward peak: the saved
+# output (2), NLL's gradient of it (2) and LogSoftmaxBackward's gradient of its input (2); the slice's
+# backward then writes a zero-filled full-size gradient (2) beside that one (4). 6 bytes a logit at the
+# peak against 8 where the caller holds the logits; saved: the output, 2.
+EAGER_BF16_FREED_LOGIT_BYTES = 6.0
 
 # PyTorch's fp32 cross-entropy (`F.cross_entropy(logits.float())`) compiled with torch.compile on its own,
 # the model left eager: torchtitan's compile.components "loss" (torchtitan/components/loss.py
@@ -41,5 +53,6 @@ COMPILED_LOSS_LOGIT_BYTES = 6.0
 LOSS_KERNEL_LOGIT_BYTES: dict[str, tuple[float, float | None]] = {
     "te": (TE_CROSS_ENTROPY_LOGIT_BYTES, None),
     "eager-bf16": (EAGER_BF16_LOGIT_BYTES, EAGER_BF16_SAVED_LOGIT_BYTES),
+    "eager-bf16-freed": (EAGER_BF16_FREED_LOGIT_BYTES, EAGER_BF16_SAVED_LOGIT_BYTES),
     "compiled": (COMPILED_LOSS_LOGIT_BYTES, None),
 }

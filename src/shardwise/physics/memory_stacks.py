@@ -348,9 +348,9 @@ STACKS["flash-attn-trainer"] = replace(
 
 def stack_memory(framework: str, loss_kernel: str = "stack") -> StackMemory:
     """The stack's memory entry; a framework without one (a user's own label) is priced as
-    Megatron-Core, the default framework. A named `loss_kernel` (`Plan.loss_kernel`, "te",
-    "eager-bf16" or "compiled"; `physics.memory_losses.LOSS_KERNEL_LOGIT_BYTES`) is the kernel the run's loss
-    uses: its bytes a logit replace the stack's, more or fewer."""
+    Megatron-Core, the default framework. A named `loss_kernel` (`Plan.loss_kernel`, "te", "eager-bf16",
+    "eager-bf16-freed" or "compiled"; `physics.memory_losses.LOSS_KERNEL_LOGIT_BYTES`) is the kernel the
+    run's loss uses: its bytes a logit replace the stack's, more or fewer."""
     stack = STACKS.get(framework, _MEGATRON)
     if loss_kernel not in LOSS_KERNEL_LOGIT_BYTES:
         return stack

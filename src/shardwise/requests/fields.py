@@ -128,7 +128,7 @@ EXECUTION_FIELDS = (
     _f("scatter_gather", "bool"),
     _f("grad_reduce_bf16", "bool"),  # None: the framework's (off: fp32 gradient buffers)
     # None: the framework's (`Plan.loss_kernel`)
-    _f("loss_kernel", "str", None, "stack", "te", "eager-bf16", "compiled"),
+    _f("loss_kernel", "str", None, "stack", "te", "eager-bf16", "eager-bf16-freed", "compiled"),
     _f("functional_a2a", "bool"),  # None: the framework's (off: torchtitan since #4085, eager a2a rerun)
     _f("scan_unpipelined", "bool"),  # None: the framework's (off: XLA's collective pipeliner or no scan)
     _f("expandable_segments", "bool"),  # None: the framework's (off: the caching allocator's split blocks)

@@ -261,7 +261,8 @@ class Plan(PlanLayout):
     Engine's parallel_cross_entropy (Megatron-Core cross_entropy_loss_fusion with
     cross_entropy_fusion_impl="te"), which keeps only the 16-bit logits
     (`physics.memory_stacks.TE_CROSS_ENTROPY_LOGIT_BYTES`), or "eager-bf16", PyTorch's eager
-    cross-entropy on the 16-bit logits without an fp32 cast (`EAGER_BF16_LOGIT_BYTES`), or "compiled", the
+    cross-entropy on the 16-bit logits without an fp32 cast (`EAGER_BF16_LOGIT_BYTES`; "eager-bf16-freed":
+    its logits freed before the backward pass, `EAGER_BF16_FREED_LOGIT_BYTES`), or "compiled", the
     fp32 loss compiled alone with the model eager (torchtitan's compile.components "loss",
     `COMPILED_LOSS_LOGIT_BYTES`): the kernel's bytes
     replace the stack's, more or fewer (`physics.memory_losses`); memory only, no time;

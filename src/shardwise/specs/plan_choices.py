@@ -44,8 +44,9 @@ MOE_DISPATCHERS = ("alltoall", "flex", "allgather", "dp-gather")
 # the flash-attn packages called directly or by HF's attn_implementation (`physics.attention_flash34`)
 ATTENTION_KERNELS = ("fused", "flash2", "sdpa-flash2", "te-flash2", "sdpa-mem-efficient", "flash3", "flash4")
 # the loss kernel: the stack's own, Transformer Engine's parallel_cross_entropy, or an eager cross-entropy
-# on the 16-bit logits without an fp32 cast (`physics.memory_stacks`)
-LOSS_KERNELS = ("stack", "te", "eager-bf16", "compiled")
+# on the 16-bit logits without an fp32 cast (held by the caller through the backward pass, or freed
+# before it), or the fp32 loss compiled alone (`physics.memory_losses`)
+LOSS_KERNELS = ("stack", "te", "eager-bf16", "eager-bf16-freed", "compiled")
 # the optimizer's state per parameter (`physics.memory.optimizer_bytes_per_param`): an fp32 master
 # weight and fp32 Adam moments; the master as the 16 low bits beside a bf16 weight; bf16 moments and
 # no master; bf16 moments beside an fp32 master or its 16-bit remainders (Megatron-Core's
