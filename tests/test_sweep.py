@@ -277,3 +277,17 @@ def test_breakdown_books_the_embedding_sync_apart_as_predict_does(cli):
     code, out, err = cli(["predict", *args, "--pp", "8", "--num-gpus", "16", "--global-batch", "8", "--json"])
     assert code == 0 and "embedding_sync" not in json.loads(out)["breakdown_s"], err
     assert float(rows[16]["embedding_sync_s[pp=8]"]) == 0 and float(rows[16]["dp_comm_s[pp=8]"]) > 0
+
+
+def test_plan_csv_books_the_embedding_sync_apart_too(cli):
+    """`plan -o` rows, as sweep's: a plan with one replica of a dense model writes its tied
+    embedding's sync as `embedding_sync_s` (dp_comm_s 0), the others 0 there and dp_comm_s theirs."""
+    argv = ["plan", "--model", "gpt-96l-4096h", "--system", "dgx-a100", "--global-batch", "8", "-o", "-"]
+    code, out, err = cli(argv)
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    one = [r for r in rows if r["dp"] == r["cp"] == "1" and int(r["pp"]) > 1]
+    more = [r for r in rows if int(r["dp"]) > 1 and int(r["pp"]) > 1]
+    assert one and more
+    assert all(float(r["dp_comm_s"]) == 0 and float(r["embedding_sync_s"]) > 0 for r in one)
+    assert all(float(r["embedding_sync_s"]) == 0 and float(r["dp_comm_s"]) > 0 for r in more)

@@ -72,18 +72,11 @@ def evaluate_parts(
     t, fits, terms = _measure(exp, scn, parts)
     seconds = np.where(valid, np.broadcast_to(t, shape), np.nan)
     split = {k: np.where(valid, np.broadcast_to(v, shape), np.nan) for k, v in terms.items()} if parts else {}
-    if embedding_apart and "dp_comm" in split and not scn.model.is_moe:
-        one = np.broadcast_to(np.asarray(scn.plan.dp) * np.asarray(scn.plan.cp) == 1, shape)
-        dp = split["dp_comm"]
-        split = {k: v for key, w in split.items() for k, v in _apart(key, w, one, dp).items()}
+    if embedding_apart and not scn.model.is_moe:
+        from shardwise.engines.result import embedding_apart as split_sync
+
+        split = split_sync(split, np.broadcast_to(np.asarray(scn.plan.dp) * np.asarray(scn.plan.cp) == 1, shape))
     return seconds, np.asarray(np.broadcast_to(fits, shape) & valid), split
-
-
-def _apart(key: str, seconds: np.ndarray, one: np.ndarray, dp: np.ndarray) -> dict[str, np.ndarray]:
-    """`dp_comm` split where `one` (a replica): the data-parallel part, then `embedding_sync`; NaN kept."""
-    if key != "dp_comm":
-        return {key: seconds}
-    return {"dp_comm": np.where(one, dp * 0.0, dp), "embedding_sync": np.where(one, dp, dp * 0.0)}
 
 
 def breakdown_at(exp: Experiment, plan: PlanSpec, link: Link, variable: str, value: float) -> dict[str, float] | None:
