@@ -180,13 +180,52 @@ def test_a_preset_whose_checkpoint_is_quantised_says_so():
         check_stored("trtllm", "meta-llama/Llama-3.1-8B", "fp8", Stored(None, "the preset's hf_id"))
 
 
-def test_a_preset_with_a_quantised_checkpoint_notes_it_when_priced_in_16_bits(cli):
-    """review 46 #4: deepseek-v3 is priced in 16 bits by default; a note names the checkpoint's FP8."""
-    args = ["serve", "--model", "deepseek-v3", "--system", "dgx-h200", "--plan", "tp=8", "--framework", "sglang"]
-    code, out, err = cli(args)
+def _served(cli, args: list[str]) -> tuple[int, dict, str]:
+    code, out, err = cli(["serve", "--json", *args])
+    return code, (json.loads(out) if code == 0 else {}), err
+
+
+def test_a_preset_with_a_quantised_checkpoint_is_served_as_published(cli):
+    """servefix #1 (was review 46 #4's note only): deepseek-v3 is priced in its checkpoint's FP8 by
+    default, in a one-line note; --weight-precision wins; a 16-bit preset keeps the GPU's 16 bits."""
+    args = ["--model", "deepseek-v3", "--system", "dgx-h200", "--plan", "tp=8", "--framework", "sglang"]
+    code, got, err = _served(cli, args)
     assert code == 0, err
-    assert "deepseek-v3's published checkpoint stores fp8; --weight-precision fp8 prices it as published" in " ".join(
-        (out + err).split()
+    assert got["workload"]["weight_precision"] == "fp8"
+    said = [n for n in got["notes"] if "published checkpoint" in n]
+    assert len(said) == 1 and said[0].startswith("weights fp8: the checkpoint's") and "--weight-precision" in said[0]
+    code, got, err = _served(cli, [*args, "--weight-precision", "bf16"])
+    assert code == 0 and got["workload"]["weight_precision"] == "bf16"
+    assert not any("published checkpoint" in n for n in got["notes"])
+    code, got, err = _served(cli, ["--model", "gpt-oss-20b", "--system", "dgx-h100", "--num-gpus", "1"])
+    assert code == 0 and got["workload"]["weight_precision"] == "mxfp4", err
+    code, got, err = _served(cli, ["--model", "llama3-8b", "--system", "dgx-h100", "--num-gpus", "1"])
+    assert code == 0 and got["workload"]["weight_precision"] == "bf16", err
+
+
+def test_a_preset_checkpoint_the_engine_cannot_run_is_refused_in_one_line(cli):
+    """TensorRT-LLM runs no FP8 weights on Ampere: deepseek-v3's FP8 checkpoint there is refused,
+    naming --weight-precision; a 16-bit copy priced as asked."""
+    args = ["serve", "--model", "deepseek-v3", "--system", "dgx-a100", "--num-gpus", "16", "--plan", "tp=8,pp=2"]
+    code, out, err = cli([*args, "--framework", "tensorrt-llm"])
+    assert code == 2 and out == "" and _one_error(err)
+    assert "deepseek-v3's published checkpoint" in err and "--weight-precision" in err and "fp8" in err
+    code, out, err = cli([*args, "--framework", "tensorrt-llm", "--weight-precision", "bf16"])
+    assert code == 0, err
+
+
+def test_emit_launches_a_preset_checkpoint_as_published_without_a_flag(cli):
+    """The default is the checkpoint's, so `--emit` needs no --weight-precision to launch it."""
+    code, out, err = _launch(cli, ["--model", "gpt-oss-20b"])
+    assert code == 0 and "vllm serve openai/gpt-oss-20b" in out and "--quantization" not in out, err
+    code, out, err = _launch(cli, ["--model", "gpt-oss-20b", "--weight-precision", "bf16"])
+    assert code == 2 and _one_error(err) and "price --weight-precision mxfp4" in err
+
+
+def test_training_keeps_its_own_precision_on_a_quantised_checkpoint(cli):
+    """predict trains gpt-oss-20b in bf16 (the training default), not its checkpoint's MXFP4."""
+    code, out, err = cli(
+        ["predict", "--model", "gpt-oss-20b", "--system", "dgx-h100", "--global-batch", "64", "--json"]
     )
-    code, out, err = cli([*args, "--weight-precision", "fp8"])
-    assert code == 0 and "published checkpoint stores" not in out + err
+    assert code == 0, err
+    assert json.loads(out)["scenario"]["plan"]["precision"] == "bf16" and "published checkpoint" not in err

@@ -100,7 +100,10 @@ def _rows(text: str) -> tuple[list[str], list[dict[str, str]]]:
     return list(reader.fieldnames or []), rows
 
 
-TERMS = ("compute", "tp_comm", "ep_comm", "offload", "pp_p2p", "pp_bubble", "dp_comm", "optimizer", "overhead")
+TERMS = (
+    "compute", "tp_comm", "ep_comm", "offload", "pp_p2p", "pp_bubble", "dp_comm", "embedding_sync", "optimizer",
+    "overhead",
+)  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -99,3 +99,19 @@ def test_overlapping_vllm_host_step_under_pp_is_priced_about_as_measured(monkeyp
     ratio = after / before
     low, high = {"dgx-b200": (0.55, 0.682), "dgx-h100": (0.682, 0.85)}[system]
     assert low <= ratio <= high
+
+
+@pytest.mark.parametrize(("model", "context"), [("llama3.1-8b", 131072), ("llama3-8b", 8192)])
+def test_sglang_sizes_its_request_pool_by_the_context_it_serves(model, context):
+    """servefix #4 (review 43 #7): SGLang's context_len is config.json's max_position_embeddings
+    (configs/model_config.py `get_context_length`), Llama 3.1's 131,072, not its 8,192-token
+    pre-training length: at 64-token requests on one H100 its cap is the pool's floor, 2,048."""
+    from shardwise.engines.inflight_replica import Replica
+
+    cluster = presets.system("dgx-h100").with_(nodes=1, gpus_per_node=1)
+    m = presets.model(model)
+    replica = Replica(Scenario(m, cluster, plan_for_serving(1, 1)), ServingWorkload(32, 32, engine="sglang"), 8192)
+    tokens = replica.kv_pool_bytes / (replica.kv_bytes_per_sequence / 64)
+    assert tokens > 64 * 4096  # the KV cache would hold more than either cap
+    assert replica.max_sequences == sglang_max_running_requests(tokens, context)
+    assert replica.max_sequences == (2048 if context > 8192 else 4096)

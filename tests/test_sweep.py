@@ -257,3 +257,37 @@ def test_crossover_and_sensitivity_json_leave_fits_empty_where_a_plan_is_invalid
     assert code == 0, err
     bars = {b["input"]: b for b in json.loads(out)["one_at_a_time"]["NVLink"]["bars"]}
     assert (bars["layers"]["ratio_low"], bars["layers"]["fits_low"], bars["layers"]["fits_high"]) == (None, None, True)
+
+
+def test_breakdown_books_the_embedding_sync_apart_as_predict_does(cli):
+    """servefix #3: with one replica (dp = 1) what dp_comm held is the tied embedding's sync: the CSV
+    carries it as `embedding_sync_s[PLAN]`, as predict's JSON `embedding_sync`; with dp > 1 dp_comm
+    keeps it (predict writes no embedding_sync key then) and the column is 0."""
+    args = ["--model", "gpt-96l-4096h", "--system", "dgx-a100"]
+    sweep = ["sweep", *args, "--plan", "pp=8", "--vary", "gpus=8,16", "--vary", "batch=8", "--breakdown", "-o", "-"]
+    code, out, err = cli(sweep)
+    assert code == 0, err
+    rows = {int(r["gpus"]): r for r in csv.DictReader(io.StringIO(out))}
+    code, out, err = cli(["predict", *args, "--pp", "8", "--num-gpus", "8", "--global-batch", "8", "--json"])
+    assert code == 0, err
+    parts = json.loads(out)["breakdown_s"]
+    assert parts["embedding_sync"] > 0 and parts["dp_comm"] == 0
+    assert float(rows[8]["embedding_sync_s[pp=8]"]) == pytest.approx(parts["embedding_sync"], rel=1e-12)
+    assert float(rows[8]["dp_comm_s[pp=8]"]) == 0
+    code, out, err = cli(["predict", *args, "--pp", "8", "--num-gpus", "16", "--global-batch", "8", "--json"])
+    assert code == 0 and "embedding_sync" not in json.loads(out)["breakdown_s"], err
+    assert float(rows[16]["embedding_sync_s[pp=8]"]) == 0 and float(rows[16]["dp_comm_s[pp=8]"]) > 0
+
+
+def test_plan_csv_books_the_embedding_sync_apart_too(cli):
+    """`plan -o` rows, as sweep's: a plan with one replica of a dense model writes its tied
+    embedding's sync as `embedding_sync_s` (dp_comm_s 0), the others 0 there and dp_comm_s theirs."""
+    argv = ["plan", "--model", "gpt-96l-4096h", "--system", "dgx-a100", "--global-batch", "8", "-o", "-"]
+    code, out, err = cli(argv)
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    one = [r for r in rows if r["dp"] == r["cp"] == "1" and int(r["pp"]) > 1]
+    more = [r for r in rows if int(r["dp"]) > 1 and int(r["pp"]) > 1]
+    assert one and more
+    assert all(float(r["dp_comm_s"]) == 0 and float(r["embedding_sync_s"]) > 0 for r in one)
+    assert all(float(r["embedding_sync_s"]) == 0 and float(r["dp_comm_s"]) > 0 for r in more)

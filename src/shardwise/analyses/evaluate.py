@@ -50,10 +50,18 @@ def evaluate(
 
 
 def evaluate_parts(
-    exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np.ndarray], parts: bool = True
+    exp: Experiment,
+    plan: PlanSpec,
+    link: Link,
+    grid: Mapping[str, np.ndarray],
+    parts: bool = True,
+    embedding_apart: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """`evaluate`, and where the seconds go (term -> grid-shaped seconds, NaN where invalid; empty
-    for the textbook cost model, or when `parts` is False)."""
+    for the textbook cost model, or when `parts` is False). With `embedding_apart`, a dense model's
+    `dp_comm` at the points where it runs one replica (dp = cp = 1) is the tied embedding's sync:
+    it goes under `embedding_sync` (0 elsewhere, where dp_comm holds it), as predict's JSON
+    (`export.seconds_parts`)."""
     shape = np.broadcast_shapes(*(np.shape(v) for v in grid.values()))
     if exp.cost_model == "textbook":
         _check_names(grid)
@@ -64,6 +72,10 @@ def evaluate_parts(
     t, fits, terms = _measure(exp, scn, parts)
     seconds = np.where(valid, np.broadcast_to(t, shape), np.nan)
     split = {k: np.where(valid, np.broadcast_to(v, shape), np.nan) for k, v in terms.items()} if parts else {}
+    if embedding_apart and not scn.model.is_moe:
+        from shardwise.engines.result import embedding_apart as split_sync
+
+        split = split_sync(split, np.broadcast_to(np.asarray(scn.plan.dp) * np.asarray(scn.plan.cp) == 1, shape))
     return seconds, np.asarray(np.broadcast_to(fits, shape) & valid), split
 
 

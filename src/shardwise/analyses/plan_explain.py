@@ -20,6 +20,7 @@ PARTS = {
     "pp_p2p": "pipeline sends",
     "pp_bubble": "pipeline bubble",
     "dp_comm": "DP communication",
+    "embedding_sync": "embedding sync (first and last stage)",
     "optimizer": "optimizer",
     "overhead": "fixed overheads",
 }
@@ -77,7 +78,7 @@ def compare(
     o_parts = {k: float(np.asarray(v)) for k, v in other.breakdown.as_dict().items()}
     plans = (best.scenario.plan, other.scenario.plan)  # the context-parallel ring is in tp_comm
     names = {**PARTS, "tp_comm": tp_comm_name([p.tp for p in plans], [p.cp for p in plans])}
-    delta = {k: o_parts[k] - b_parts[k] for k in PARTS}
+    delta = {k: o_parts.get(k, 0.0) - b_parts.get(k, 0.0) for k in PARTS}  # embedding_sync: predict's key
     moved = sum(abs(d) for d in delta.values())
     notes = []
     mem = float(np.asarray(other.memory.total_bytes))

@@ -195,7 +195,7 @@ class PlanSearch:
             fits_with_headroom=bool(self.fits[i]),
             # the step time is the discrete-event simulator's (`analyses.plan_confirm`), not the closed form's
             simulated=self.simulated is not None and bool(self.simulated[i]),
-            breakdown_s={k: at(v) for k, v in est.breakdown.as_dict().items()},
+            breakdown_s=self._row_parts(i, {k: at(v) for k, v in est.breakdown.as_dict().items()}),
         )
         return out
 
@@ -230,9 +230,31 @@ class PlanSearch:
         cols["fits_in_memory"] = cols["memory_bytes"] <= float(self.cluster.gpu.memory_bytes)  # as predict's
         cols["fits_with_headroom"] = self.fits  # the search's filter: the headroom kept free too
         cols["simulated"] = np.zeros(self.fits.shape, dtype=bool) if self.simulated is None else self.simulated
-        for k, v in est.breakdown.as_dict().items():
+        for k, v in self._parts().items():
             cols[f"{k}_s"] = np.broadcast_to(np.asarray(v, dtype=float), self.fits.shape)
         return cols
+
+    def _row_parts(self, i: int, parts: dict[str, float]) -> dict[str, float]:
+        """One plan's terms, split as `_parts`."""
+        from shardwise.engines.result import embedding_apart
+
+        if self.model.is_moe:
+            return parts
+        one = int(self.columns["dp"][i]) * int(self.columns["cp"][i]) == 1
+        return {k: float(v) for k, v in embedding_apart(parts, one).items()}
+
+    def _parts(self) -> dict[str, np.ndarray]:
+        """Each plan's time per term; a dense model's tied-embedding sync under `embedding_sync`
+        where the plan runs one replica, as predict's JSON (`engines.result.embedding_apart`)."""
+        from shardwise.engines.result import embedding_apart
+
+        parts = {
+            k: np.broadcast_to(np.asarray(v, dtype=float), self.fits.shape)
+            for k, v in self.estimate.breakdown.as_dict().items()
+        }
+        if self.model.is_moe:
+            return parts
+        return embedding_apart(parts, self.columns["dp"] * self.columns["cp"] == 1)
 
 
 def cluster_for(cluster: Cluster, gpus: np.ndarray | int) -> Cluster:

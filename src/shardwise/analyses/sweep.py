@@ -331,7 +331,7 @@ def _evaluate_block(
     times, fits, log_sd, parts = {}, {}, {}, {}
     for plan in exp.plans:
         key = (link.label, plan.label)
-        t, f, terms = evaluate_parts(exp, plan, link.link, inputs, parts=breakdown)
+        t, f, terms = evaluate_parts(exp, plan, link.link, inputs, parts=breakdown, embedding_apart=True)
         times[key], fits[key] = np.broadcast_to(t, shape), np.broadcast_to(f, shape)
         if terms:
             parts[key] = {term: np.broadcast_to(v, shape) for term, v in terms.items()}

@@ -110,7 +110,8 @@ serving_options = _stack(
         "--max-batched-tokens",
         type=click.IntRange(256, 1 << 20),
         help="In-flight: tokens one iteration may process (TensorRT-LLM max_num_tokens, vLLM max_num_batched_tokens, "
-        "SGLang chunked_prefill_size, llama.cpp n_batch; vLLM runs no more sequences at once). [default: the "
+        "SGLang chunked_prefill_size, whose memory reserve follows it, llama.cpp n_batch; vLLM runs no more "
+        "sequences at once). [default: the "
         "framework's: TensorRT-LLM 8192; vLLM 16384 on GPUs of 160 GiB or more, 8192 of 70 GiB or more other than "
         "A100, else 2048; SGLang 2048-16384 by GPU memory; llama.cpp 2048]",
     ),
@@ -125,8 +126,9 @@ serving_options = _stack(
         "--weight-precision",
         type=click.Choice(PRECISIONS, case_sensitive=False),
         help="Storage of the weights (fp8 also computes in FP8 where the GPU can; nvfp4/mxfp4 in FP4 on "
-        "Blackwell, elsewhere weight-only with 16-bit GEMMs). [default: bf16; a config.json --model's "
-        "quantization_config; with --ttft-max/--tpot-max: searched over what the GPU computes in]",
+        "Blackwell, elsewhere weight-only with 16-bit GEMMs). [default: the checkpoint's: a config.json --model's "
+        "quantization_config, a preset's published one (deepseek-v3, kimi-k2 fp8; gpt-oss mxfp4); else bf16, "
+        "with --ttft-max/--tpot-max searched over what the GPU computes in]",
     ),
     click.option(
         "--kv-precision",

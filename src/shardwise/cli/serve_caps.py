@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 
 def closed_loop_queue(est: Any) -> str:
     """Where a closed loop keeps more requests in flight per replica than run at once: what caps the
@@ -58,7 +60,7 @@ def no_sequence_fits(est: Any, capacity: float) -> str:
     scn, wl = est.scenario, est.workload
     weights = format_bytes(float(est.weights_bytes))
     w, per_sequence = memory_per_gpu(scn, wl)
-    free = float(np.min(kv_cache_free_bytes(scn, wl, w)))
+    free = float(np.min(kv_cache_free_bytes(scn, wl, w, priced_chunk(est))))
     one = float(np.max(per_sequence))
     tokens = int(wl.input_len) + int(wl.output_len)
     if 0 < free < one:
@@ -84,3 +86,18 @@ def no_sequence_fits(est: Any, capacity: float) -> str:
             "shrinks them)"
         )
     return f"{weights} of weights per GPU leave no room for a KV cache in {format_capacity(capacity)}"
+
+
+def priced_chunk(est: Any) -> int | None:
+    """The whole chunked-prefill budget a simulated estimate's KV pool was priced with (SGLang's
+    reserve follows it: `engines.engine_presets.kv_cache_bytes`): its micro-batch's budget, times
+    --dp where SGLang divided it among the attention ranks; None for a static estimate (the default)."""
+    per = getattr(est, "max_batched_tokens", None)
+    if per is None:
+        return None
+    from shardwise.engines.dp_attention import dp_attention
+    from shardwise.engines.engine_presets import engine
+
+    scn = est.scenario
+    split = engine(est.workload.engine).dp_attention_splits_budget and scn.model.is_moe
+    return int(per) * (int(scn.plan.dp) if split and bool(np.any(dp_attention(scn.plan))) else 1)

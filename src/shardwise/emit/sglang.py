@@ -83,14 +83,16 @@ def nodes_of(gpus: int, per_node: int) -> tuple[Node, ...]:
     )
 
 
-def mem_fraction_static(scn: Scenario, dp_attention: bool) -> float:
+def mem_fraction_static(scn: Scenario, dp_attention: bool, chunk: int | None = None) -> float:
     """`mem_fraction_static` as priced: round((M - reserved) / M, 3) with SGLang's reserve
-    (`engines.engine_presets.sglang_reserved_bytes`; --tp-size tp x dp under data-parallel attention)."""
+    (`engines.engine_presets.sglang_reserved_bytes`; --tp-size tp x dp under data-parallel attention)
+    at `chunk`, the --chunked-prefill-size the KV pool was priced with (None: SGLang's default here)."""
     from shardwise.engines.engine_presets import max_batched_tokens, sglang_reserved_bytes
 
     p, m = scn.plan, float(scn.cluster.gpu.memory_bytes)
     dp = i(p.dp) if dp_attention else 1
-    reserved = float(sglang_reserved_bytes(m, max_batched_tokens("sglang", m), i(p.tp) * dp, i(p.pp), dp))
+    chunk = max_batched_tokens("sglang", m) if chunk is None else chunk
+    reserved = float(sglang_reserved_bytes(m, chunk, i(p.tp) * dp, i(p.pp), dp))
     return round((m - reserved) / m, 3)
 
 
@@ -125,11 +127,12 @@ def launch(
     if budget is None:  # static batching prices each batch's prompts prefilled at once
         budget = max(per_rank * i(wl.input_len), i(wl.input_len) + i(wl.output_len))
     ranks = dp if dp_attention else 1  # SGLang divides the chunk and the running cap by --dp-size
-    fraction = mem_fraction_static(scn, dp_attention)
+    # the KV pool was priced at the chunk the simulation ran (in flight), else at SGLang's default
+    fraction = mem_fraction_static(scn, dp_attention, None if max_batched_tokens is None else int(budget) * ranks)
     notes = [
-        f"--mem-fraction-static {fraction}: weights and KV pool as priced (SGLang's own rule on this GPU at its "
-        "default chunk, as shardwise reads _handle_gpu_memory_settings; a chunk given is not in the reserve), "
-        "written out so that the server keeps that pool"
+        f"--mem-fraction-static {fraction}: weights and KV pool as priced (SGLang's own rule on this GPU at "
+        + ("its default chunk" if max_batched_tokens is None else f"the chunk priced, {int(budget) * ranks:,} tokens")
+        + ", as shardwise reads _handle_gpu_memory_settings), written out so that the server keeps that pool"
     ]
     if stored is not None and stored.quantised:
         notes.append(f"weights {wl.weight_precision}: the checkpoint's, read from its config (no --quantization)")

@@ -347,18 +347,22 @@ def kv_cache_bytes(
     pp: Number,
     buffers_bytes: Number = 0.0,
     attention_dp: Number = 1,
+    chunk_tokens: int | None = None,
 ) -> Number:
     """Bytes the engine gives its KV cache on one GPU (module docstring), at least 0; `buffers_bytes`
     (TensorRT-LLM's activation, runtime and decoder buffers; vLLM's gathered expert buffers, which
     its profiled activation peak holds) come out of the free memory first. `attention_dp`: the
     attention ranks of a data-parallel-attention plan (1 otherwise), SGLang's --dp, its --tp then
-    tp x dp (`sglang_reserved_bytes`)."""
+    tp x dp (`sglang_reserved_bytes`). `chunk_tokens`: SGLang's --chunked-prefill-size as given (the
+    whole server's, before its division by --dp), which its reserve follows (server_args.py
+    `_handle_gpu_memory_settings` reads `self.chunked_prefill_size`, the user's or the default);
+    None: the engine's default on this GPU (`max_batched_tokens`)."""
     preset = ENGINES[name]
     m, w = np.asarray(gpu_memory_bytes, dtype=float), np.asarray(weights_bytes, dtype=float)
     if preset.kv_rule == "total-fraction":
         free = preset.kv_fraction * m - w - RUNTIME_RESERVED_BYTES - np.asarray(buffers_bytes, dtype=float)
     elif preset.kv_rule == "sglang":
-        chunk = max_batched_tokens(name, float(np.max(m)))
+        chunk = max_batched_tokens(name, float(np.max(m))) if chunk_tokens is None else int(chunk_tokens)
         dp = np.asarray(attention_dp)
         free = m - sglang_reserved_bytes(m, chunk, np.asarray(tp) * dp, pp, dp) - w
     else:  # a fraction of what the weights, the runtime and the engine's buffers leave

@@ -68,10 +68,12 @@ class Replica:
         self.prefill_step_first = preset.prefill_apart and pp == 1
         self.replicas = int(scn.plan.dp)
         # requests are drawn within the context the model serves; SGLang sizes its request pool by
-        # it too (its context_len, config.json max_position_embeddings), but the pool stays priced by
-        # the sequence length here until the serving rows are re-checked (review 43 #7)
+        # it too: its context_len, config.json max_position_embeddings (configs/model_config.py
+        # `get_context_length`), or the --context-length that `--emit sglang` writes for a longer
+        # priced request (review 43 #7; it was the pre-training sequence length: Llama 3.1's 8,192
+        # for its 131,072, a pool of 4,096 where SGLang keeps 2,048)
         self.max_context = scn.model.serving_context
-        self.pool_context = int(np.max(scn.model.seq_len))
+        self.pool_context = max(int(self.max_context), int(wl.input_len) + int(wl.output_len))
         self.kv_total_blocks: int | None = None
         if mix is None:
             self.workload = wl

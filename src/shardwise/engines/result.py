@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -176,3 +176,21 @@ class TrainingEstimate:
     @property
     def fits_in_memory(self) -> Number:
         return self.memory.total_bytes <= self.scenario.cluster.gpu.memory_bytes
+
+
+def embedding_apart(parts: dict[str, Any], one_replica: Any) -> dict[str, Any]:
+    """A breakdown (term -> seconds, scalars or arrays) with `dp_comm` split where `one_replica`
+    (dp = cp = 1 of a dense model: what remains of dp_comm is the tied embedding's sync between the
+    first and last stage, `StepBreakdown`): `embedding_sync` after it, 0 where dp_comm keeps it, as
+    predict's JSON names it (`export.seconds_parts`); NaN kept. The table's form of it (sweep and
+    plan CSV columns), every row with both keys."""
+    if "dp_comm" not in parts:
+        return parts
+    dp = np.asarray(parts["dp_comm"], dtype=float)
+    out: dict[str, Any] = {}
+    for k, v in parts.items():
+        if k == "dp_comm":
+            out.update(dp_comm=np.where(one_replica, dp * 0.0, dp), embedding_sync=np.where(one_replica, dp, dp * 0.0))
+        else:
+            out[k] = v
+    return out

@@ -213,7 +213,7 @@ def kv_cache_free_bytes(
     TensorRT-LLM's activation, runtime and decoder buffers (`engines.trtllm_buffers`) and, under
     data-parallel attention, vLLM's gathered expert buffers at its token budget `budget_tokens`
     (default the engine's on this GPU; `physics.moe_dispatch.gathered_buffers_bytes`); SGLang's
-    reserve grows with its --dp there instead (`engines.engine_presets.sglang_reserved_bytes`)."""
+    reserve grows with its --dp there instead, and with `budget_tokens`, its chunk (`engine_presets`)."""
     plan, memory, preset = scn.plan, scn.cluster.gpu.memory_bytes, engine(wl.engine)
     buffers = 0.0
     if preset.bench_buffers:
@@ -231,7 +231,7 @@ def kv_cache_free_bytes(
         group = np.asarray(plan.ep) * np.asarray(plan.expert_tp) / np.asarray(plan.tp)
         buffers = buffers + np.where(on, gathered_buffers_bytes(scn.model, budget, group), 0.0)
     attention_dp = np.where(on, plan.dp, 1)
-    return kv_cache_bytes(wl.engine, memory, weights_bytes, plan.tp, plan.pp, buffers, attention_dp)
+    return kv_cache_bytes(wl.engine, memory, weights_bytes, plan.tp, plan.pp, buffers, attention_dp, budget_tokens)
 
 
 def max_sequences_per_replica(scn: Scenario, wl: ServingWorkload) -> int:

@@ -253,7 +253,7 @@ class ServeRequest:
             check_weight_format(self.framework, cluster.gpu, workload.weight_precision, "--weight-precision")
         else:  # the checkpoint's, which the user did not name
             try:
-                check_weight_format(self.framework, cluster.gpu, stored, f"{self.target.model}'s quantization_config:")
+                check_weight_format(self.framework, cluster.gpu, stored, self._stored_field())
             except SpecError as exc:
                 raise SpecError(f"{exc} with --weight-precision (a checkpoint stored so)") from None
         check_kv_format(self.framework, cluster.gpu, workload.kv_precision, "--kv-precision", model)
@@ -278,39 +278,34 @@ class ServeRequest:
         )
 
     def _checkpoint_weights(self, notes: list[str]) -> str | None:
-        """The weights' storage a config.json given as --model states (`hf_quant`), where no
-        --weight-precision is given: the default, said in a note; None otherwise."""
+        """The weights' storage the checkpoint --model loads states, where no --weight-precision is
+        given: a config.json's quantization_config (`hf_quant`), or a preset's `hf_weights` (the
+        checkpoint its hf_id names: DeepSeek-V3's and Kimi K2's FP8 blocks, gpt-oss's MXFP4 experts),
+        the default, said in a note; None otherwise (16 bits, the GPU's)."""
+        from shardwise.hf_quant import model_checkpoint
         from shardwise.presets import is_hf_config
 
         name = self.target.model
-        if self.weight_precision is None and name and not is_hf_config(name):
-            self._preset_checkpoint_note(name, notes)
-        if self.weight_precision is not None or not name or not is_hf_config(name):
+        if self.weight_precision is not None or not name:
             return None
-        from shardwise.hf_quant import config_checkpoint
-
-        found = config_checkpoint(name)
+        found = model_checkpoint(name)
         if found is None:
             return None
-        notes.append(
-            f"weights {found.precision}: the checkpoint's, as {name}'s quantization_config states them "
-            f"({found.words()}); --weight-precision to price another"
-        )
+        if is_hf_config(name):
+            where = f"as {name}'s quantization_config states them ({found.words()})"
+        else:  # a preset (or a model file stating hf_weights): served as published, as a user expects
+            where = f"as {name}'s published checkpoint stores them (hf_weights)"
+        notes.append(f"weights {found.precision}: the checkpoint's, {where}; --weight-precision to price another")
         return found.precision
 
-    @staticmethod
-    def _preset_checkpoint_note(name: str, notes: list[str]) -> None:
-        """A preset whose published checkpoint is quantised (`hf_weights`: DeepSeek-V3's FP8 blocks,
-        gpt-oss's MXFP4) is still priced in 16 bits by default (the presets' documented outputs); a
-        note says what the checkpoint stores (review 46 #4)."""
-        from shardwise.hf_quant import model_checkpoint
+    def _stored_field(self) -> str:
+        """Where the checkpoint's precision was read, as a refusal names it."""
+        from shardwise.presets import is_hf_config
 
-        found = model_checkpoint(name)
-        if found is not None:
-            notes.append(
-                f"weights in 16 bits by default, though {name}'s published checkpoint stores {found.precision}; "
-                f"--weight-precision {found.precision} prices it as published"
-            )
+        name = self.target.model
+        return (
+            f"{name}'s quantization_config:" if is_hf_config(name) else f"{name}'s published checkpoint (hf_weights):"
+        )
 
     def run(self, progress: Any = None) -> ServeResult | TargetsResult:
         """Each plan priced (`ServeResult`), or with --ttft-max/--tpot-max the search
