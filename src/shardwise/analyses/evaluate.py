@@ -5,6 +5,7 @@ make a point NaN instead of an error.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -223,33 +224,56 @@ def _measure(exp: Experiment, scn: Any, parts: bool = True) -> tuple[Any, Any, d
     return est.step_time_s, est.fits_in_memory, est.breakdown.as_dict() if parts else {}
 
 
-HEAD_SEARCH = 64  # multiples of tp_max tried on each side of the 128-wide head count
+HEAD_SEARCH = 64  # multiples of tp_max tried on each side of the head count at the model's head width
 
 
-def heads_for_hidden(hidden: Any, tp_max: Any) -> Any:
-    """Heads of a model whose width is varied: head dim 128 while TP can still split the heads
-    (at least tp_max heads). One rule for every plan, so all compare the same model. Where that
-    count does not divide the width or TP cannot split it (hidden 2560 at tp 8: 20 heads), the
-    multiple of tp_max nearest it that divides the width (16 heads of 160), so every width
-    tp_max divides is a model every plan can run; where the first rule works it stands."""
+def heads_for_hidden(hidden: Any, tp_max: Any, head_width: float = 128, group: int = 1) -> Any:
+    """Heads of a model whose width is varied: one head per `head_width` of width (the model's
+    hidden / heads: its head dim, held) while TP can still split the heads and the KV heads (a
+    multiple of tp_max x `group`, the query heads per KV head). One rule for every plan, so all
+    compare the same model. Where that count does not divide the width or TP cannot split it
+    (hidden 2560 at tp 8: 20 heads of 128), the multiple of tp_max x group nearest it that divides
+    the width (16 heads of 160), so every width tp_max divides is a model every plan can run;
+    where the first rule works it stands."""
     h = np.asarray(hidden)
-    tp = int(np.max(tp_max))
-    heads = np.maximum(h // 128, tp)
-    bad = (h % heads != 0) | (heads % tp != 0)
+    step = int(np.max(tp_max)) * int(group)
+    heads = np.maximum(np.floor(h / head_width + 1e-9), step).astype(h.dtype if h.dtype.kind == "f" else int)
+    bad = (h % heads != 0) | (heads % step != 0)
     if not np.any(bad):
         return heads
     widths, back = np.unique(h[bad] if h.ndim else h.reshape(1), return_inverse=True)
-    # heads / tp tried for each width (a row): nearest the 128-wide count first, the lower on a tie
+    # heads / step tried for each width (a row): nearest the head-width count first, the lower on a tie
     offsets = np.array([0, *(s * k for k in range(1, HEAD_SEARCH + 1) for s in (-1, 1))])
-    m = np.maximum(np.round(widths / (128 * tp)), 1)[:, None] + offsets
-    fits = (m >= 1) & (widths[:, None] % np.maximum(m * tp, 1) == 0)
-    first = m[np.arange(len(widths)), np.argmax(fits, axis=1)] * tp  # the first that fits, where one does
-    chosen = np.where(fits.any(axis=1), first, np.maximum(widths // 128, tp)).astype(heads.dtype)
+    m = np.maximum(np.round(widths / (head_width * step)), 1)[:, None] + offsets
+    fits = (m >= 1) & (widths[:, None] % np.maximum(m * step, 1) == 0)
+    first = m[np.arange(len(widths)), np.argmax(fits, axis=1)] * step  # the first that fits, where one does
+    chosen = np.where(fits.any(axis=1), first, np.maximum(np.floor(widths / head_width), step)).astype(heads.dtype)
     out = heads.copy()
     if h.ndim:
         out[bad] = chosen[back]
         return out
     return chosen[0]
+
+
+def shape_for_hidden(model: Any, hidden: Any, tp_max: Any) -> dict[str, Any]:
+    """hidden, heads, kv_heads and ffn_hidden of `model` made `hidden` wide, keeping its own ratios
+    (review 47 #1: every width was an MHA model with a 4h MLP): its head dim (hidden / heads, or the
+    head_dim it sets apart: heads grow with the width, `heads_for_hidden`), its query heads per KV
+    head, and its ffn_hidden / hidden (rounded to the model's multiple of 128 where its own is one).
+    At the model's own width, the model as it is. Expert widths set apart, MLA ranks, the vocabulary
+    and a hybrid's Mamba heads stay as the model has them."""
+    h = np.asarray(hidden)
+    group = int(model.heads) // int(model.kv_heads)
+    heads = heads_for_hidden(h, tp_max, float(model.hidden) / float(model.heads), group)
+    q = math.gcd(int(model.ffn_hidden), 128)
+    ffn = np.maximum(np.round(model.ffn_hidden * h / model.hidden / q), 1) * q
+    own = h == model.hidden
+    return {
+        "hidden": h,
+        "heads": np.where(own, model.heads, heads),
+        "kv_heads": np.where(own, model.kv_heads, heads // group),
+        "ffn_hidden": np.where(own, model.ffn_hidden, ffn),
+    }
 
 
 def max_tp(exp: Experiment, gpus: Any) -> Any:
@@ -275,8 +299,7 @@ def _inputs(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np.n
     }
     for name, values in grid.items():
         if name == "hidden":
-            heads = heads_for_hidden(values, max_tp(exp, grid.get("gpus", exp.gpus)))
-            x.update(hidden=values, heads=heads, kv_heads=heads, ffn_hidden=4 * values)
+            x.update(shape_for_hidden(m, values, max_tp(exp, grid.get("gpus", exp.gpus))))
         else:
             x[name] = values
     x["tp"], x["pp"], x["dp"] = plan.degrees(x["gpus"])
@@ -298,7 +321,7 @@ def _rules(exp: Experiment, x: dict[str, np.ndarray], kwargs: dict[str, Any]) ->
         rules.gpu_rules(x["gpus"], tp, pp, dp, cp),
         rules.stage_rule(split, x["layers"], pp, vpp),
         *rules.tp_rules(tp, x["heads"], x["kv_heads"], x["ffn_hidden"], exp.workload in ("decode", "prefill")),
-        *rules.model_rules(x["hidden"], x["heads"], x["kv_heads"]),
+        *rules.model_rules(x["hidden"], x["heads"], x["kv_heads"], head_dim_given=_head_dim_apart(exp.model)),
         whole_batches,
         *rules.node_rules(tp, per_node, x["gpus"]),
     ]
@@ -328,6 +351,12 @@ def _rules(exp: Experiment, x: dict[str, np.ndarray], kwargs: dict[str, Any]) ->
             dispatcher=kwargs.get("moe_dispatcher", "alltoall"),
         )
     return [(r.rule, r.ok) for r in checks]
+
+
+def _head_dim_apart(model: Any) -> bool:
+    """Whether the model sets its head dim apart from hidden / heads (Qwen3, GPT-OSS): then the
+    width need not divide by the heads (`rules.model_rules`)."""
+    return bool(model.head_dim != model.hidden // model.heads)
 
 
 def _textbook_times(

@@ -57,6 +57,9 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
         return not_in_stack(stack, plan, searched=True, shown_as=shown)
     if pp > 1 and z >= 2 and not sp.zero_with_pipeline:
         return "ZeRO-2/3 with a pipeline is off (--zero-with-pp)"
+    cannot = not_in_stack(stack, plan, searched=True, shown_as=shown)
+    if cannot:  # what the stack cannot run before how the search narrows what it can (zb-h1 under Megatron)
+        return cannot
     blocks, hybrid = sp.features()
     if int(np.asarray(plan.shard_group)) > 0 and sp.shard_group is None and z not in hybrid:
         return f"{shown or stack} does not shard hybrid at ZeRO-{z}"
@@ -66,7 +69,7 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
         return FEWEST_WHOLE
     outside = _outside_values(sp, plan)
     reason = f"outside the values searched ({outside})" if outside else "not among the searched plans"
-    return not_in_stack(stack, plan, searched=True, shown_as=shown) or reason
+    return reason
 
 
 # a plan field and the `plan` flag (or the framework's own limit) that fixes its searched values

@@ -193,6 +193,31 @@ def normalised(plan: Plan) -> Plan:
     return plan.with_(**changes) if changes else plan
 
 
+def stack_zero(search: PlanSearch, plan: Plan) -> int:
+    """The ZeRO stage a neighbour takes where it raises dp x cp from 1 (the best plan's, stored as
+    ZeRO-0, means nothing there): the stack's default (its preset's `zero_stage`, what predict
+    prices), within what the search lets that plan run (--zero or the stack's `zero_stages`; ZeRO-1
+    at most under a pipeline unless --zero-with-pp), else the nearest stage below it that it lets
+    run (review 47 #3: a neighbour of a dp = 1 best plan was priced at ZeRO-0, its optimizer whole)."""
+    from shardwise import presets
+    from shardwise.analyses.search_space import stack_of
+
+    default = int(presets.framework(stack_of(search.space))["zero_stage"])
+    space = search.space
+    allowed = [
+        z
+        for z in (space.zero_stage or (0, 1, 2, 3))
+        if space.zero_with_pipeline or int(np.asarray(plan.pp)) == 1 or z <= 1
+    ]
+    below = [z for z in allowed if z <= default]
+    return max(below) if below else min(allowed, default=0)
+
+
+def replicas(plan: Plan) -> int:
+    """The data-parallel ranks that ZeRO shards over (dp x cp)."""
+    return int(np.asarray(plan.dp)) * int(np.asarray(plan.cp))
+
+
 def with_pp(change: dict[str, object], plan: Plan, model: object = None, rule: str = "even") -> dict[str, object]:
     """A neighbour with another pp splits its layers automatically (the best plan's first/last
     counts belong to its own pp); under a stack with its own split `rule` (`plan_space.split_options`)
@@ -249,6 +274,8 @@ def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
     for label, change, n in variants + _variants_for_gpus(search, scn.plan):
         try:
             plan = normalised(scn.plan.with_(**with_pp(change, scn.plan, scn.model, rule))).with_(overlap_p2p=overlap)
+            if replicas(scn.plan) == 1 < replicas(plan) and "zero_stage" not in change:
+                plan = plan.with_(zero_stage=stack_zero(search, plan))
             est = confirmed_estimate(Scenario(scn.model, cluster_for(search.cluster, n), plan))
         except SpecError:  # not a valid layout (a mixture of experts whose ep no longer folds, ...)
             continue

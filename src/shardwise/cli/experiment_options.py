@@ -58,7 +58,10 @@ experiment_options = _stack(
     click.option(
         "--hidden",
         type=int,
-        help="Override the hidden size (heads follow: head dim 128 where TP can split them, unless --heads).",
+        help=(
+            "Override the hidden size; the model's head dim, heads per KV head and ffn/hidden ratio are kept "
+            "(docs/commands/crossover.md), unless --heads."
+        ),
     ),
     click.option("--heads", type=int, help="Override the attention heads."),
     click.option("--kv-heads", type=int, help="Override the key/value heads (grouped-query attention)."),

@@ -31,7 +31,10 @@ PARTS = ("layers", "hidden", "tornado")
     default=DEFAULTS["hidden_values"],
     show_default=True,
     metavar="VALUES",
-    help="Hidden sizes for the crossover-vs-hidden curve (thin to wide layers).",
+    help=(
+        "Hidden sizes for the crossover-vs-hidden curve (thin to wide layers; the model's head dim, heads per "
+        "KV head and ffn/hidden ratio kept)."
+    ),
 )
 @click.option(
     "--max-batch",

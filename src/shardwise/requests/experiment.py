@@ -32,7 +32,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
     """The `Experiment` of the options (click's names: `model_name`, `gpus`, `batch`, `links`,
     `plans`, ...); what was assumed is appended to `notes`."""
     from shardwise import presets
-    from shardwise.analyses.evaluate import heads_for_hidden
+    from shardwise.analyses.evaluate import shape_for_hidden
     from shardwise.analyses.experiment import BRIEF_LINKS, brief_experiment
     from shardwise.errors import SpecError
     from shardwise.loaders import parse_plan_spec
@@ -64,8 +64,12 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
     if o.get("hidden") is not None:
         h = o["hidden"]
         tp_max = max(hardware["gpus"] if p.tp == "all" else p.tp for p in plans)
-        heads = o.get("heads") or int(heads_for_hidden(h, tp_max))
-        overrides = {"hidden": h, "heads": heads, "kv_heads": heads, "ffn_hidden": 4 * h, **overrides}
+        own = presets.model(o["model_name"])  # its ratios kept (`shape_for_hidden`)
+        shape = {k: int(v) for k, v in shape_for_hidden(own, h, tp_max).items()}
+        if o.get("heads") and not o.get("kv_heads"):  # --heads given: its query heads per KV head, else MHA
+            group = shape["heads"] // shape["kv_heads"]
+            shape["kv_heads"] = o["heads"] // group if o["heads"] % group == 0 else o["heads"]
+        overrides = {**shape, **overrides}
     model = presets.model(o["model_name"], **overrides)
     if notes is not None and (note := presets.model_family_note(o["model_name"])):
         notes.append(note)
