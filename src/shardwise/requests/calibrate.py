@@ -214,4 +214,5 @@ def explain_far(measured: list[Any], values: Any) -> list[str]:
 
     cases = [r.case for r in measured]
     predicted = Evaluator(cases).step_s({})[0]
-    return refuse_unexplained(cases, values, predicted, [r.where for r in measured])
+    given = [getattr(r, "given", ("", 0.0)) for r in measured]
+    return refuse_unexplained(cases, values, predicted, [r.where for r in measured], given)
