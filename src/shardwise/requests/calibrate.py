@@ -128,6 +128,7 @@ class CalibrateResult:
             [r.framework_file for r in runs if r.framework_file],
             {n: physical([r.scenario for r in runs], n, self.fit.values[n]) for n in self.fit.fitted},
             self.checks(),
+            store.training_stacks([r.case for r in runs]),
         )
 
     @property
