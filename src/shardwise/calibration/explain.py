@@ -158,7 +158,8 @@ def head(where: str, metric: str, measured: float, ex: RunExplanations, given: t
     predicted = measured / ex.ratio
     if column == "throughput_tokens_per_s":  # a serving rate, priced as such
         return f"{where}: {column} {value:,.4g} is {_times(ex.ratio)} x the predicted {predicted:,.4g} tokens/s"
-    return f"{where}: {column} {format_seconds(value)} is {_times(ex.ratio)} x the predicted {format_seconds(predicted)}"
+    times = _times(ex.ratio)
+    return f"{where}: {column} {format_seconds(value)} is {times} x the predicted {format_seconds(predicted)}"
 
 
 def _times(ratio: float) -> str:
