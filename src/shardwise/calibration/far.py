@@ -49,7 +49,7 @@ def refuse_unexplained(
         if not ex.found:
             line = head(label, metric, float(measured[i]), ex, wrote)
             raise SpecError(
-                f"{line}, and no parameter within its physical range explains it: a unit slip? Check the unit "
+                f"{line}, and no parameter within its physical range explains it: a unit slip? check the unit "
                 f"(seconds, tokens/s per GPU, TFLOP/s per GPU) and the layout, or leave the run out\n  {tried(ex)}"
             )
         notes.append(describe(label, metric, float(measured[i]), ex, wrote))
