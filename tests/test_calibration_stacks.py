@@ -72,6 +72,9 @@ def test_the_stacks_are_recorded_checksummed_and_an_older_file_loads_as_unknown(
     assert "does not record its runs' stacks" in stack_note(before, "megatron-core")
     assert "fitted on runs of torchtitan, not megatron-core" in stack_note(cal, "megatron-core")
     assert stack_note(cal, "torchtitan") == ""
+    from dataclasses import replace
+
+    assert "fitted on serving runs only, not megatron-core" in stack_note(replace(cal, stacks=()), "megatron-core")
 
 
 def test_predict_under_another_stack_notes_it_and_holds_the_uncalibrated_prediction(cli, tmp_path):

@@ -126,11 +126,11 @@ def spread(
     strangers = [
         i
         for i, c in enumerate(calibrated)
-        if stacks and bound and not isinstance(c, ServingCase) and stack_of(c) not in stacks and i not in others
+        if stacks is not None and bound and not isinstance(c, ServingCase) and stack_of(c) not in stacks
     ]
     if others or strangers:
         sd = np.array(sd, dtype=float)
-        wider = sorted([*others, *strangers])
+        wider = sorted({*others, *strangers})
         floor = uncalibrated_log_sd_of([calibrated[i] for i in wider])
         if strangers:  # and what the stack-bound values move it by, unknown for another stack
             shift = stack_shift(g, fitted, bound)
@@ -145,7 +145,7 @@ def spread(
     if strangers:
         names_ = sorted({stack_of(calibrated[i]) for i in strangers})
         basis = (
-            f"{basis or 'calibration'}, fitted on runs of {', '.join(stacks or ())}: under {', '.join(names_)} the "
+            f"{basis or 'calibration'}, fitted on {_runs_of(stacks)}: under {', '.join(names_)} the "
             f"uncalibrated spread and the shift its {', '.join(bound)} make{'s' if len(bound) == 1 else ''} (the "
             "runs' stack's, not this one's)"
         )
@@ -171,6 +171,11 @@ def stack_bound(fitted: Fit | None) -> tuple[str, ...]:
     return tuple(n for n in STACK_BOUND if fitted is not None and n in fitted.fitted)
 
 
+def _runs_of(stacks: tuple[str, ...] | None) -> str:
+    """'runs of torchtitan', or 'serving runs only' for a calibration without training runs."""
+    return f"runs of {', '.join(stacks)}" if stacks else "serving runs only"
+
+
 def stack_of(case: Case) -> str:
     """The framework preset a training case is priced under."""
     return str(_scenario(case).plan.framework)
@@ -191,7 +196,7 @@ def stack_note(cal: Any, stack: str) -> str:
     if stack in cal.stacks:
         return ""
     return (
-        f"{cal.path} was fitted on runs of {', '.join(cal.stacks)}, not {stack}: its {', '.join(bound)} "
+        f"{cal.path} was fitted on {_runs_of(cal.stacks)}, not {stack}: its {', '.join(bound)} "
         f"belong{'s' if len(bound) == 1 else ''} to that stack, so the interval holds the uncalibrated prediction too"
     )
 
