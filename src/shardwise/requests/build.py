@@ -21,7 +21,6 @@ from shardwise.requests.cluster_build import (  # noqa: F401
     build_cluster,
     link_flag,
     link_latency_s,
-    stack_name,
 )
 from shardwise.requests.plan_build import (  # noqa: F401
     build_plan,
@@ -52,7 +51,7 @@ def scenario(values: dict[str, Any], model: Any = None) -> Built:
         model = build_model(values)
         notes += model_notes(values)
     cal = load_calibration(values.get("calibration"))
-    cluster = build_cluster(values, notes, cal, stack_name(values) if cal is not None else None)
+    cluster = build_cluster(values, notes, cal, training=True)
     check_cublas(values, cluster.gpu)
     values = {**values, "precision": resolved(values.get("precision"), cluster.gpu, "--precision", notes)}
     values = {**values, **attention.changes(values, cluster.gpu, notes)}  # what runs on the GPU

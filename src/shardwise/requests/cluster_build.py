@@ -91,9 +91,9 @@ def _check_domain_tp(tps: Any, n_gpus: int, per_node: int, domain: int) -> None:
         raise SpecError(str(refusals[0]))
 
 
-def build_cluster(o: dict[str, Any], notes: list[str], cal: Any = None, stack: str | None = None) -> Any:
-    """The cluster the plan runs on; --nodes / --num-gpus / tp*pp*dp decide its size; `stack`: the
-    training stack priced (`stack_name`), whose calibration note says where its runs ran another."""
+def build_cluster(o: dict[str, Any], notes: list[str], cal: Any = None, training: bool = False) -> Any:
+    """The cluster the plan runs on; --nodes / --num-gpus / tp*pp*dp decide its size; `training`: a
+    training request, whose calibration notes where its runs ran another stack (`stack_name`)."""
     from shardwise import loaders, presets
 
     both = o.get("nodes") is not None and o.get("num_gpus") is not None
@@ -171,7 +171,7 @@ def build_cluster(o: dict[str, Any], notes: list[str], cal: Any = None, stack: s
         cluster = cluster.with_(nvls=False)
     if not o.get("system") and per_node > SOCKET_GPUS and not is_nvlink_class(intra):
         notes.append(_uniform_pcie_note(gpu.name, per_node))
-    return calibrated(cluster, cal, notes, stack)
+    return calibrated(cluster, cal, notes, stack_name(o) if training and cal is not None else None)
 
 
 def _uniform_pcie_note(gpu_name: str, per_node: int) -> str:
