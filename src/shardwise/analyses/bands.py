@@ -57,8 +57,14 @@ def point_log_sd(exp: Experiment, price: Price, t: np.ndarray) -> np.ndarray:
     from shardwise.calibration.unmeasured import parameter_var
 
     fit = exp.calibration_fit
-    var, _ = parameter_var(log_gradient(exp, price, t), fit)
-    return np.maximum(np.sqrt(fit.noise_log_sd**2 + var) * t_factor(fit.dof), exp.floor_log_sd)
+    g = log_gradient(exp, price, t)
+    var, _ = parameter_var(g, fit)
+    floor = exp.floor_log_sd
+    if exp.calibration_other_stack:  # and the shift its stack-bound values make (`intervals.spread`)
+        from shardwise.calibration.intervals import stack_shift
+
+        floor = np.hypot(floor, stack_shift(g, fit, exp.calibration_other_stack))
+    return np.maximum(np.sqrt(fit.noise_log_sd**2 + var) * t_factor(fit.dof), floor)
 
 
 def ratio_log_sd(exp: Experiment, price_a: Price, price_b: Price, ta: np.ndarray, tb: np.ndarray) -> np.ndarray:
@@ -73,7 +79,7 @@ def ratio_log_sd(exp: Experiment, price_a: Price, price_b: Price, ta: np.ndarray
     fit = exp.calibration_fit
     var, _ = parameter_var(log_gradient(exp, price_a, ta) - log_gradient(exp, price_b, tb), fit)
     sd = np.sqrt(2 * fit.noise_log_sd**2 + var) * t_factor(fit.dof)
-    if exp.floor_log_sd > 0:  # a GPU the calibration did not measure: no narrower than uncalibrated
+    if exp.floor_log_sd > 0:  # a GPU or stack the calibration did not measure: no narrower than uncalibrated
         from shardwise.calibration.spreads import PAIR_LOG_SD
 
         sd = np.maximum(sd, PAIR_LOG_SD)

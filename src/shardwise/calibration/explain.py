@@ -128,19 +128,54 @@ def quantity(case: Any, name: str, value: float) -> str:
     return f"about {format_seconds(value)} of fixed time {what}"
 
 
-def describe(where: str, metric: str, measured: float, ex: RunExplanations) -> str:
-    """'runs.csv line 5: step_time_s 12.3 s is 4.1 x the prediction; explained if: ...' (one line)."""
-    from shardwise.units import format_seconds
-
-    head = f"{where}: {metric} {format_seconds(measured)} is {ex.ratio:.3g} x the model's prediction"
+def describe(
+    where: str, metric: str, measured: float, ex: RunExplanations, given: tuple[str, float] = ("", 0.0)
+) -> str:
+    """'runs.csv line 5: step_time_s 12.3 s is 4.1 x the predicted 3 s; it would be explained by ...'
+    (one line), quoting the column and value the user wrote (`given`: a tokens/s or TFLOP/s the run
+    was converted from; ("", 0): `metric` `measured` itself) beside the prediction in its unit. A run
+    nothing explains: `head(...)` and `tried(...)`, two lines (`far.refuse_unexplained`)."""
+    line = head(where, metric, measured, ex, given)
     if ex.found:
         options = "; or ".join(e.text for e in ex.found[:3])
-        return f"{head}; it would be explained by {options}"
-    tried = "; ".join(
+        return f"{line}; it would be explained by {options}"
+    return f"{line}, and no parameter within its physical range explains it ({tried(ex)})"
+
+
+RATE_UNITS = {"tokens_per_s_per_gpu": "tokens/s per GPU", "model_tflops_per_gpu": "TFLOP/s per GPU"}
+
+
+def head(where: str, metric: str, measured: float, ex: RunExplanations, given: tuple[str, float] = ("", 0.0)) -> str:
+    """'k.csv line 2: tokens_per_s_per_gpu 6.3 is 1/1,580 of the predicted 9,950 tokens/s per GPU': the
+    measurement as written and the prediction in its unit (a rate: the prediction's step inverted)."""
+    from shardwise.units import format_seconds
+
+    column, value = given if given[0] else (metric, measured)
+    if column in RATE_UNITS:  # a rate: the predicted rate is the given one x measured step / predicted step
+        predicted = value * ex.ratio
+        part = f"1/{_times(ex.ratio)} of" if ex.ratio > 1 else f"{_times(1 / ex.ratio)} x"
+        return f"{where}: {column} {value:,.4g} is {part} the predicted {predicted:,.4g} {RATE_UNITS[column]}"
+    predicted = measured / ex.ratio
+    if column == "throughput_tokens_per_s":  # a serving rate, priced as such
+        return f"{where}: {column} {value:,.4g} is {_times(ex.ratio)} x the predicted {predicted:,.4g} tokens/s"
+    times = _times(ex.ratio)
+    return f"{where}: {column} {format_seconds(value)} is {times} x the predicted {format_seconds(predicted)}"
+
+
+def _times(ratio: float) -> str:
+    """A ratio as read: 1,581 (not 1.58e+03), 7.74."""
+    return f"{ratio:,.0f}" if ratio >= 100 else f"{ratio:.3g}"
+
+
+def tried(ex: RunExplanations) -> str:
+    """'tried: GEMM efficiency (x) 0.3-1.6x: 2.36 s-9.93 s; ...': each parameter's range and the step
+    times it reaches."""
+    from shardwise.units import format_seconds
+
+    return "tried (each parameter's range: the step times it reaches): " + "; ".join(
         f"{BY_NAME[n].description} {_range(n)}: {format_seconds(lo)}-{format_seconds(hi)}"
         for n, (lo, hi) in ex.tried.items()
     )
-    return f"{head}, and no parameter within its physical range explains it (tried: {tried})"
 
 
 def _range(name: str) -> str:

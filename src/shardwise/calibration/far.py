@@ -28,17 +28,29 @@ def far_runs(cases: list[Any], measured: Any, predicted: Any) -> list[int]:
     return out
 
 
-def refuse_unexplained(cases: list[Any], measured: Any, predicted: Any, where: list[str] | None = None) -> list[str]:
+def refuse_unexplained(
+    cases: list[Any],
+    measured: Any,
+    predicted: Any,
+    where: list[str] | None = None,
+    given: list[tuple[str, float]] | None = None,
+) -> list[str]:
     """One line per far run (`far_runs`) saying what would explain it; a SpecError for the first far
-    run that no parameter within its physical range explains (`shardwise calibrate` refuses it too)."""
-    from shardwise.calibration.explain import describe, explain_run
+    run that no parameter within its physical range explains (`shardwise calibrate` refuses it too):
+    its first line quotes the column and value the user wrote (`given`, per run: ("", 0) for the
+    measurement itself) beside the prediction in the same unit, the parameters tried on a second."""
+    from shardwise.calibration.explain import describe, explain_run, head, tried
 
     notes = []
     for i in far_runs(cases, measured, predicted):
         ex = explain_run(cases[i], float(measured[i]))
         label = where[i] if where is not None else f"calibrate: run {i + 1}"
-        line = describe(label, getattr(cases[i], "metric", "step_time_s"), float(measured[i]), ex)
+        metric, wrote = getattr(cases[i], "metric", "step_time_s"), given[i] if given else ("", 0.0)
         if not ex.found:
-            raise SpecError(f"{line}; check the unit (seconds, tokens/s per GPU) and the layout, or leave the run out")
-        notes.append(line)
+            line = head(label, metric, float(measured[i]), ex, wrote)
+            raise SpecError(
+                f"{line}, and no parameter within its physical range explains it: a unit slip? check the unit "
+                f"(seconds, tokens/s per GPU, TFLOP/s per GPU) and the layout, or leave the run out\n  {tried(ex)}"
+            )
+        notes.append(describe(label, metric, float(measured[i]), ex, wrote))
     return notes

@@ -58,7 +58,7 @@ class Spread:
     basis: str  # "calibration FILE (n runs)" or "uncalibrated: public runs' spread"
     log_gradient: np.ndarray | None = None  # calibrated: d ln t / d u, one row per scenario, every parameter
     fit: Fit | None = None  # calibrated: the fit the spread is from
-    other_gpu: bool = False  # calibrated, and some case on a GPU its runs did not measure
+    other_gpu: bool = False  # calibrated, and some case on a GPU (or a stack) its runs did not measure
 
     def bounds(self, value: Any) -> tuple[np.ndarray, np.ndarray]:
         """(low, high) of a time or a rate (the same factors either way)."""
@@ -77,18 +77,29 @@ class Spread:
 
         var, _ = parameter_var(self.log_gradient[a] - self.log_gradient[b], self.fit)  # every parameter's
         sd = float(np.sqrt(2 * self.fit.noise_log_sd**2 + var) * t_factor(self.fit.dof))
-        if self.other_gpu:  # no narrower than the uncalibrated pair spread where the runs measured no such GPU
+        if self.other_gpu:  # no narrower than the uncalibrated pair spread where the runs measured no such GPU or stack
             from shardwise.calibration.spreads import PAIR_LOG_SD
 
             sd = max(sd, PAIR_LOG_SD)
         return sd
 
 
-def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "", gpus: tuple[str, ...] = ()) -> Spread:
+def spread(
+    calibrated: list[Case],
+    fitted: Fit | None,
+    basis: str = "",
+    gpus: tuple[str, ...] = (),
+    stacks: tuple[str, ...] | None = None,
+) -> Spread:
     """The spread of each (already calibrated) case's prediction. With a calibration fitted on runs
     of `gpus` (its hardware; () : not recorded), a case on another GPU is never given a narrower
     interval than the uncalibrated model's: the runs say nothing of that GPU's efficiency, and
-    the parameters fitted on theirs move its prediction without measuring it."""
+    the parameters fitted on theirs move its prediction without measuring it. So with `stacks` (the
+    runs' framework presets; None: not recorded) for a training case of another stack, where the fit
+    moved a parameter that belongs to the stack (`parameters.STACK_BOUND`: its GEMMs, its host time),
+    whose shift of ln t, |sum_j g_j (u_j - u_j,neutral)| over those parameters (linearised at the
+    calibrated values), is as unknown there as it is large: the floor is that shift and the
+    uncalibrated spread added in quadrature, so the interval reaches the uncalibrated prediction."""
     if fitted is None or not fitted.fitted:  # a calibration that fitted nothing knows no more than none
         what = "uncalibrated, the model's spread on public runs (--calibration fits your runs)"
         if fitted is not None:
@@ -101,7 +112,7 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "", gpus: tu
         if fitted is None and training:
             what = f"uncalibrated: {_basis(training)}; --calibration fits it to your own runs"
         return Spread(np.array(sd, dtype=float), what)
-    from shardwise.calibration.cases import Evaluator, log_step_and_gradient
+    from shardwise.calibration.cases import Evaluator, ServingCase, log_step_and_gradient
     from shardwise.calibration.unmeasured import ALL, describe, parameter_var, widening_terms
 
     # relative to the calibrated scenario: scales x1, overheads +0 (see calibration.parameters);
@@ -111,16 +122,83 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "", gpus: tu
     sd = np.sqrt(fitted.noise_log_sd**2 + var) * t_factor(fitted.dof)
     basis = (basis or "calibration") + describe(widening_terms(g, fitted), fitted)
     others = [i for i, c in enumerate(calibrated) if gpus and _gpu_of(c) not in gpus]
-    if others:
+    bound = stack_bound(fitted)
+    strangers = [
+        i
+        for i, c in enumerate(calibrated)
+        if stacks is not None and bound and not isinstance(c, ServingCase) and stack_of(c) not in stacks
+    ]
+    if others or strangers:
         sd = np.array(sd, dtype=float)
-        unfitted = uncalibrated_log_sd_of([calibrated[i] for i in others])
-        sd[others] = np.maximum(sd[others], unfitted)
+        wider = sorted({*others, *strangers})
+        floor = uncalibrated_log_sd_of([calibrated[i] for i in wider])
+        if strangers:  # and what the stack-bound values move it by, unknown for another stack
+            shift = stack_shift(g, fitted, bound)
+            floor = np.where(np.isin(wider, strangers), np.hypot(floor, shift[wider]), floor)
+        sd[wider] = np.maximum(sd[wider], floor)
+    if others:
         names_ = sorted({_gpu_of(calibrated[i]) for i in others})
         basis = (
             f"{basis or 'calibration'}, fitted on {', '.join(gpus)}: on {', '.join(names_)} at least the "
             "uncalibrated spread (the runs measured no other GPU)"
         )
-    return Spread(sd, basis or "calibration", g, fitted, bool(others))
+    if strangers:
+        names_ = sorted({stack_of(calibrated[i]) for i in strangers})
+        basis = (
+            f"{basis or 'calibration'}, fitted on {_runs_of(stacks)}: under {', '.join(names_)} the "
+            f"uncalibrated spread and the shift its {', '.join(bound)} make{'s' if len(bound) == 1 else ''} (the "
+            "runs' stack's, not this one's)"
+        )
+    return Spread(sd, basis or "calibration", g, fitted, bool(others or strangers))
+
+
+def stack_shift(g: np.ndarray, fitted: Fit, names: tuple[str, ...]) -> np.ndarray:
+    """|sum_j g_j (u_j - u_j,neutral)| over `names`: how far the fitted values of those parameters
+    move ln t, linearised at the calibrated values (g: d ln t / d u of every parameter, `ALL`'s order,
+    one row per case or point)."""
+    from shardwise.calibration.parameters import BY_NAME, NEUTRAL, PARAMETERS
+
+    order = [p.name for p in PARAMETERS]
+    moved = np.array([BY_NAME[n].u(fitted.values[n]) - BY_NAME[n].u(NEUTRAL[n]) for n in names], dtype=float)
+    g = np.where(np.isfinite(g), g, 0.0)
+    return np.abs(g[..., [order.index(n) for n in names]] @ moved)
+
+
+def stack_bound(fitted: Fit | None) -> tuple[str, ...]:
+    """The fitted parameters that belong to the runs' software stack (`parameters.STACK_BOUND`)."""
+    from shardwise.calibration.parameters import STACK_BOUND
+
+    return tuple(n for n in STACK_BOUND if fitted is not None and n in fitted.fitted)
+
+
+def _runs_of(stacks: tuple[str, ...] | None) -> str:
+    """'runs of torchtitan', or 'serving runs only' for a calibration without training runs."""
+    return f"runs of {', '.join(stacks)}" if stacks else "serving runs only"
+
+
+def stack_of(case: Case) -> str:
+    """The framework preset a training case is priced under."""
+    return str(_scenario(case).plan.framework)
+
+
+def stack_note(cal: Any, stack: str) -> str:
+    """A calibration's note on a training prediction under `stack`: "" where its runs ran that stack
+    (or it fitted nothing that belongs to a stack); where the file does not record its runs' stacks,
+    that it cannot be checked."""
+    bound = stack_bound(None if cal is None else cal.fit)
+    if not bound:
+        return ""
+    if cal.stacks is None:
+        return (
+            f"{cal.path} does not record its runs' stacks (written before they were): its "
+            f"{', '.join(bound)} may be another stack's, unchecked; calibrate again to have it checked"
+        )
+    if stack in cal.stacks:
+        return ""
+    return (
+        f"{cal.path} was fitted on {_runs_of(cal.stacks)}, not {stack}: its {', '.join(bound)} "
+        f"belong{'s' if len(bound) == 1 else ''} to that stack, so the interval holds the uncalibrated prediction too"
+    )
 
 
 def _gpu_of(case: Case) -> str:

@@ -209,6 +209,16 @@ PARAMETERS = (
     ),
 )
 BY_NAME = {p.name: p for p in PARAMETERS}
+# The parameters that belong to the software stack the runs ran, not to their hardware: the GEMM
+# scale and its ramp are the stack's kernels (cuBLAS / Transformer Engine / torch.compile versions,
+# their tile choices and fusions: docs/calibration.md, "its GEMM scale belongs to the stack it was
+# measured on"), the fixed times per step and per micro-batch its host code (Python dispatch,
+# logging, the optimizer step's launches, a schedule's syncs). The link scales, their latency and
+# the network's exponent are the fabric's (NCCL's rate over it is the same for every stack using
+# NCCL), and the HBM scale is the GPU's (above: what a stack does differently to HBM the framework
+# presets count). A calibration fitted on one stack that moved a stack-bound parameter says nothing
+# of another stack's (`calibration.intervals.spread`: at least the uncalibrated spread there).
+STACK_BOUND = ("matmul_efficiency_scale", "step_overhead_s", "micro_batch_overhead_s", "gemm_half_rate_tokens")
 # The fitted HBM scale multiplies the sustained rate, memory_bandwidth x memory_efficiency (0.85 of
 # the datasheet for the presets; 1 for a `measure micro` file, whose bandwidth is the measured one).
 # A sustained rate cannot exceed the peak it is a share of: a fit stops the scale where the sustained

@@ -93,6 +93,7 @@ class Run:
     metric: str = "step_time_s"
     framework_file: str = ""  # the framework YAML file the run names, as read ("" for a preset)
     model_note: str = ""  # what a model file without `family` was given (`presets.model_family_note`)
+    given: tuple[str, float] = ("", 0.0)  # the column and value the user wrote (("", 0): `measured` itself)
 
     @property
     def scenario(self) -> Scenario:
@@ -361,4 +362,4 @@ def _training_run(row: dict[str, str], where: str) -> Run:
     framework = row.get("framework", "")
     file = framework if framework and presets._looks_like_path(framework) else ""
     group = row.get("group") or row.get("source", "")
-    return Run(row.get("id") or where, case, step, where, group, framework_file=file)
+    return Run(row.get("id") or where, case, step, where, group, framework_file=file, given=(metric, value))

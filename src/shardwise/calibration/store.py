@@ -9,6 +9,7 @@ A YAML mapping (format 2):
     runs: {files: {runs.csv: SHA-256}, count: 12, ids: [...]}
                                       # + frameworks: {mine.yaml: SHA-256} where runs name a framework file
     hardware: [h100-sxm5-80gb]        # the GPUs of the runs
+    stacks: [megatron-core]           # the training runs' framework presets (absent: not recorded)
     noise_log_sd: 0.035               # the spread of ln(predicted / measured) once fitted
     fitted: [matmul_efficiency_scale, step_overhead_s]
     u_covariance: [[...], [...]]      # posterior covariance of the fitted parameters (u space)
@@ -22,7 +23,7 @@ A YAML mapping (format 2):
     checksum: sha256:...              # of the fitted content (below): an edited file is refused
 
 The checksum covers what a prediction uses (format, cost model, fitted parameters and their values,
-covariance, noise, run counts, hardware): a hand-edited value would otherwise be applied as if it
+covariance, noise, run counts, hardware, stacks where recorded): a hand-edited value would otherwise be applied as if it
 had been fitted. Format 1 (no checksum) is refused with the command that rewrites it.
 """
 
@@ -59,6 +60,8 @@ class Calibration:
     runs: int
     version: str
     serving_runs: int = 0
+    # the training runs' stacks (framework presets); None: a file written before they were recorded
+    stacks: tuple[str, ...] | None = None
 
 
 def document(
@@ -72,6 +75,7 @@ def document(
     framework_files: list[str] | None = None,
     physical: dict[str, str] | None = None,
     checks: list[str] | None = None,
+    stacks: list[str] | None = None,
 ) -> dict[str, Any]:
     """The calibration file's content (see the module docstring); `left_out`: why a parameter the
     fit names no reason for stayed at its prior (`--params` did not ask for it, or the need-driven
@@ -79,15 +83,16 @@ def document(
     runs named, recorded as the runs files are (path and SHA-256 of its text: the fit holds for
     that text), left out where the runs name presets only; `physical`: a fitted scale's absolute
     value on the runs' GPUs (`checks.physical`), written beside it; `checks`: what to check before
-    using the file (`checks.limit_notes`, `checks.mixture_notes`), written as `checks:`. A fitted
-    value at a limit of its range gets `limit: lower` or `upper`."""
+    using the file (`checks.limit_notes`, `checks.mixture_notes`), written as `checks:`; `stacks`: the
+    training runs' framework presets (None: not recorded). A fitted value at a limit of its range gets
+    `limit: lower` or `upper`."""
     from shardwise import __version__
     from shardwise.calibration.checks import at_limit, interval_at_limit
 
     sources = [Path(f) for f in (runs_file if isinstance(runs_file, list) else [runs_file])]
     digests = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sources if p.is_file()}
-    stacks = [Path(f) for f in dict.fromkeys(framework_files or [])]
-    stack_digests = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in stacks if p.is_file()}
+    stack_files = [Path(f) for f in dict.fromkeys(framework_files or [])]
+    stack_digests = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in stack_files if p.is_file()}
     params: dict[str, Any] = {}
     limits, reaches = at_limit(fitted), interval_at_limit(fitted)
     for par in PARAMETERS:
@@ -119,6 +124,7 @@ def document(
                 "ids": list(run_ids),
             },
             "hardware": sorted(set(gpus)),
+            **({"stacks": sorted(set(stacks))} if stacks is not None else {}),
             "noise_log_sd": _round(fitted.noise_log_sd),
             "fitted": list(fitted.fitted),
             "u_covariance": [[float(x) for x in row] for row in np.asarray(fitted.u_covariance)],
@@ -163,6 +169,8 @@ def checksum(doc: dict[str, Any]) -> str:
     content["hardware"] = doc.get("hardware")
     if "u_covariance_all" in doc:  # optional (files before it keep their checksum)
         content["u_covariance_all"] = doc["u_covariance_all"]
+    if "stacks" in doc:  # optional, as above
+        content["stacks"] = doc["stacks"]
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=False, default=str)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
@@ -224,6 +232,7 @@ def save_fit(
         [getattr(r, "metric", "step_time_s") for r in runs],
         physical={n: physical(scenarios, n, fitted.values[n]) for n in fitted.fitted},
         checks=limit_notes(fitted) + misfit_notes(fitted, ids) + mixture_notes(scenarios, fitted),
+        stacks=training_stacks(runs),
     )
     from_document(doc, str(path))  # never write a file that --calibration would refuse
     save(doc, path)
@@ -316,6 +325,9 @@ def from_document(doc: Any, p: str) -> Calibration:
     hardware = doc.get("hardware") or []
     if not isinstance(hardware, list) or not all(isinstance(g, str) for g in hardware):
         raise SpecError(f"{p}: hardware: must be a list of GPU names")
+    stacks = doc.get("stacks")
+    if stacks is not None and (not isinstance(stacks, list) or not all(isinstance(g, str) for g in stacks)):
+        raise SpecError(f"{p}: stacks: must be a list of framework names (e.g. [megatron-core])")
     for name, entry in params.items():
         flag = entry.get("fitted", name in fitted) if isinstance(entry, dict) else None
         if flag is not (name in fitted):
@@ -339,7 +351,14 @@ def from_document(doc: Any, p: str) -> Calibration:
         dof=max(count - k, 0) + NOISE_PRIOR_RUNS,
         full_covariance=_all(doc, p),
     )
-    return Calibration(fit, p, tuple(hardware), count, version, serving)
+    return Calibration(fit, p, tuple(hardware), count, version, serving, None if stacks is None else tuple(stacks))
+
+
+def training_stacks(runs: list[Any]) -> list[str]:
+    """The framework presets of the training runs (a serving run's engine is not a training stack)."""
+    from shardwise.calibration.cases import ServingCase
+
+    return sorted({str(getattr(r, "scenario", r).plan.framework) for r in runs if not isinstance(r, ServingCase)})
 
 
 def _after_log_errors(doc: dict[str, Any]) -> np.ndarray:

@@ -200,6 +200,7 @@ def calibrate(
             as_json,
             [r.scenario for r in measured],
             ([r.case for r in measured], steps),
+            answer.confounded,
         )
         if named:
             click.echo(f"calibration: {output} (use it with --calibration {output})", err=as_json)
@@ -214,6 +215,10 @@ def calibrate(
     _print(result, measured, steps, output, notes, answer.checks(), answer.why_not_fitted())
     if answer.widened_note():
         click.echo(f"note: {answer.widened_note()}", err=True)
+    from shardwise.calibration.confound import lines
+
+    for line in lines(answer.confounded):
+        click.echo(f"note: {line}", err=True)
     if replaced:
         click.echo(f"note: {output} was there already and is replaced; -o FILE writes elsewhere", err=True)
     if answer.serving_note():

@@ -56,9 +56,12 @@ def run_suggest(
     as_json: bool,
     measured: list[Any],
     runs: tuple[list[Any], Any] | None = None,
+    confounds: tuple[Any, ...] = (),
 ) -> None:
     """Print (or return as JSON) the n runs to measure next; `runs`: the cases and measured figures
-    `fit` was fitted on (their likelihood weighs the particles, `calibration.suggest`)."""
+    `fit` was fitted on (their likelihood weighs the particles, `calibration.suggest`); `confounds`:
+    parameters those runs cannot tell apart (`calibration.confound`), each named with the run that
+    would separate them."""
     from shardwise.calibration import suggest as sg
     from shardwise.errors import SpecError
 
@@ -73,12 +76,58 @@ def run_suggest(
     target = (emit or default_target(str(options.get("framework") or ""))).lower()
     capacity = float(result.cluster.gpu.memory_bytes) - result.space.memory_headroom_bytes
     launches = [_launch(result, r, target, emit_version, capacity) for r in found.runs]
+    separate = separating(result, found, confounds, fit)
     if as_json:
         from shardwise import export
 
-        click.echo(export.dumps(_as_dict(result, found, launches, basis)))
+        click.echo(export.dumps({**_as_dict(result, found, launches, basis), "separate": separate}))
         return
     _print(result, found, launches, basis, (matched, len(measured), len(measured_idx)))
+    for item in separate:
+        click.echo(f"note: {item['note']}", err=True)
+
+
+CANDIDATES = 64  # the plans (best first) among which a run that separates two confounded parameters is sought
+
+
+def separating(result: Any, found: Any, confounds: tuple[Any, ...], fit: Any) -> list[dict[str, Any]]:
+    """For each pair of parameters the runs cannot tell apart (`calibration.confound`): whether a
+    suggested run separates them (its step differs by more than the noise between the two fits),
+    else the plan of the CANDIDATES best that separates them most."""
+    if not confounds:
+        return []
+    import numpy as np
+
+    from shardwise.calibration.confound import gradient, separation
+    from shardwise.calibration.regret import label
+
+    sigma = float(fit.noise_log_sd)
+    suggested = [r.plan for r in found.runs]
+    plans = list(dict.fromkeys([*suggested, *(int(i) for i in result.ranked(CANDIDATES))]))
+    g = gradient([result.scenario(i) for i in plans])  # the search is priced calibrated already
+    out = []
+    for pair in confounds:
+        sep = separation(g, pair)
+        which = f"{pair.fitted} from {pair.other}"
+        done = [k for k, p in enumerate(suggested) if sep[plans.index(p)] > sigma]
+        if done:
+            k = done[0]
+            gap = sep[plans.index(suggested[k])]
+            text = f"run {k + 1} suggested tells {which}: its step differs by {gap:.0%} between the two fits"
+            out.append({"fitted": pair.fitted, "other": pair.other, "plan": label(result, suggested[k]), "note": text})
+            continue
+        best = int(np.argmax(sep))
+        if sep[best] > sigma:
+            text = (
+                f"no run suggested tells {which}; {label(result, plans[best])} would: its step differs by "
+                f"{sep[best]:.0%} between the two fits (noise {sigma:.0%})"
+            )
+            plan = label(result, plans[best])
+        else:
+            text = f"no plan of this job tells {which} beyond the noise ({sigma:.0%}): {pair.how()}"
+            plan = None
+        out.append({"fitted": pair.fitted, "other": pair.other, "plan": plan, "note": text})
+    return out
 
 
 def _launch(result: Any, run: Any, target: str, version: str | None, capacity: float) -> dict[str, Any]:

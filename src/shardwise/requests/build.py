@@ -51,7 +51,7 @@ def scenario(values: dict[str, Any], model: Any = None) -> Built:
         model = build_model(values)
         notes += model_notes(values)
     cal = load_calibration(values.get("calibration"))
-    cluster = build_cluster(values, notes, cal)
+    cluster = build_cluster(values, notes, cal, training=True)
     check_cublas(values, cluster.gpu)
     values = {**values, "precision": resolved(values.get("precision"), cluster.gpu, "--precision", notes)}
     values = {**values, **attention.changes(values, cluster.gpu, notes)}  # what runs on the GPU
@@ -122,4 +122,5 @@ def spread(scenarios: list[Any], cal: Any) -> Any:
 
     if cal is None:
         return spread_of(scenarios, None)
-    return spread_of(scenarios, cal.fit, f"calibration {cal.path} ({cal.runs} run(s))", tuple(cal.gpus))
+    basis = f"calibration {cal.path} ({cal.runs} run(s))"
+    return spread_of(scenarios, cal.fit, basis, tuple(cal.gpus), getattr(cal, "stacks", None))

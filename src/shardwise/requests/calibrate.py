@@ -99,7 +99,10 @@ class CalibrateRequest:
             result = explaining_fit([r.case for r in measured], values, self.max_params, check=False)
         else:
             result = fitting.fit([r.case for r in measured], values, self.max_params, self.params, check=False)
-        return CalibrateResult(self, measured, values, tuple(notes), result)
+        from shardwise.calibration.confound import confounded
+
+        pairs = confounded([r.case for r in measured], values, result)
+        return CalibrateResult(self, measured, values, tuple(notes), result, pairs)
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ class CalibrateResult:
     values: Any  # each run's measurement (its metric: seconds or tokens/s)
     notes: tuple[str, ...]  # what would explain each far run
     fit: Any  # calibration.fit.FitResult
+    confounded: tuple[Any, ...] = ()  # calibration.confound.Confound: parameters the runs cannot tell apart
 
     def document(self) -> dict[str, Any]:
         """The calibration file's contents (`calibration.store.document`)."""
@@ -128,6 +132,7 @@ class CalibrateResult:
             [r.framework_file for r in runs if r.framework_file],
             {n: physical([r.scenario for r in runs], n, self.fit.values[n]) for n in self.fit.fitted},
             self.checks(),
+            store.training_stacks([r.case for r in runs]),
         )
 
     @property
@@ -190,6 +195,8 @@ class CalibrateResult:
         """The JSON `calibrate --json` prints: the file's contents, where it went, the far runs, how
         serving runs were priced (`serving_note`, null without them), the parameters whose prior was
         widened (`widened`), and the notes (model files without `family`, the widened priors)."""
+        from shardwise.calibration.confound import lines
+
         widened = self.widened_note()
         return {
             **self.document(),
@@ -197,7 +204,11 @@ class CalibrateResult:
             "explained": list(self.notes),
             "serving": self.serving_note(),
             "widened": list(self.fit.widened),
-            "notes": model_notes(self.measured) + ([widened] if widened else []),
+            "confounded": [
+                {"fitted": c.fitted, "other": c.other, "score_gap": c.score_gap, "how": c.how()}
+                for c in self.confounded
+            ],
+            "notes": model_notes(self.measured) + ([widened] if widened else []) + lines(self.confounded),
         }
 
 
@@ -214,4 +225,5 @@ def explain_far(measured: list[Any], values: Any) -> list[str]:
 
     cases = [r.case for r in measured]
     predicted = Evaluator(cases).step_s({})[0]
-    return refuse_unexplained(cases, values, predicted, [r.where for r in measured])
+    given = [getattr(r, "given", ("", 0.0)) for r in measured]
+    return refuse_unexplained(cases, values, predicted, [r.where for r in measured], given)

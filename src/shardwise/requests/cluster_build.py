@@ -91,8 +91,9 @@ def _check_domain_tp(tps: Any, n_gpus: int, per_node: int, domain: int) -> None:
         raise SpecError(str(refusals[0]))
 
 
-def build_cluster(o: dict[str, Any], notes: list[str], cal: Any = None) -> Any:
-    """The cluster the plan runs on; --nodes / --num-gpus / tp*pp*dp decide its size."""
+def build_cluster(o: dict[str, Any], notes: list[str], cal: Any = None, training: bool = False) -> Any:
+    """The cluster the plan runs on; --nodes / --num-gpus / tp*pp*dp decide its size; `training`: a
+    training request, whose calibration notes where its runs ran another stack (`stack_name`)."""
     from shardwise import loaders, presets
 
     both = o.get("nodes") is not None and o.get("num_gpus") is not None
@@ -170,7 +171,7 @@ def build_cluster(o: dict[str, Any], notes: list[str], cal: Any = None) -> Any:
         cluster = cluster.with_(nvls=False)
     if not o.get("system") and per_node > SOCKET_GPUS and not is_nvlink_class(intra):
         notes.append(_uniform_pcie_note(gpu.name, per_node))
-    return calibrated(cluster, cal, notes)
+    return calibrated(cluster, cal, notes, stack_name(o) if training and cal is not None else None)
 
 
 def _uniform_pcie_note(gpu_name: str, per_node: int) -> str:
@@ -186,16 +187,27 @@ def _uniform_pcie_note(gpu_name: str, per_node: int) -> str:
     )
 
 
-def calibrated(cluster: Any, cal: Any, notes: list[str]) -> Any:
-    """The cluster with the calibration's fitted values (unchanged without one)."""
+def calibrated(cluster: Any, cal: Any, notes: list[str], stack: str | None = None) -> Any:
+    """The cluster with the calibration's fitted values (unchanged without one); a training `stack`
+    its runs did not run is noted (`calibration.intervals.stack_note`)."""
     if cal is None:
         return cluster
+    from shardwise.calibration.intervals import stack_note
     from shardwise.calibration.parameters import apply
 
     gpu = str(cluster.gpu.name)
     other = f"; it was fitted on {', '.join(cal.gpus)}, not {gpu}" if cal.gpus and gpu not in cal.gpus else ""
     notes.append(f"calibrated by {cal.path} ({cal.runs} run(s){other})")
+    if stack is not None and (note := stack_note(cal, stack)):
+        notes.append(note)
     return apply(cluster, cal.fit.values)
+
+
+def stack_name(o: dict[str, Any]) -> str:
+    """The framework preset's name a training request is priced under (a framework file's `name`)."""
+    from shardwise import presets
+
+    return str(presets.framework(o.get("framework") or "megatron-core")["framework"])
 
 
 def link_latency_s(o: dict[str, Any]) -> float | None:

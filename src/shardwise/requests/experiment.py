@@ -100,6 +100,8 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
         raise SpecError("--calibration fits the physical model; the textbook model takes the brief's figures as given")
     if o.get("calibration"):
         from shardwise.calibration import store
+        from shardwise.calibration.intervals import stack_bound, stack_note
+        from shardwise.requests.cluster_build import stack_name
 
         cal = store.load(o["calibration"])
         calibration = {
@@ -114,8 +116,13 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
         if cal.gpus and gpu_name not in cal.gpus:
             other = f"; it was fitted on {', '.join(cal.gpus)}, not {gpu_name}"
             calibration["spread_basis"] += f", on {gpu_name} at least the uncalibrated spread"
+        stack_text = stack_note(cal, stack_name(o)) if o["workload"] == "train" else ""
+        if stack_text and cal.stacks is not None:  # another stack's GEMMs or host time (`intervals.spread`)
+            calibration["calibration_other_stack"] = stack_bound(cal.fit)
+            calibration["spread_basis"] += ", under another stack the uncalibrated spread and the fit's shift"
         if notes is not None:
             notes.append(f"calibrated by {cal.path} ({cal.runs} run(s){other})")
+            notes += [stack_text] if stack_text else []
     recompute = resolve_recompute(o.get("framework"), o.get("recompute"))
     if notes is not None and recompute.every and model.is_moe and o["workload"] == "train":
         notes.append(

@@ -325,7 +325,7 @@ class PlanRequest:
         layout = {"tp": 1, "pp": 1, "dp": None, "cp": 1, "vpp": 1, "micro_batch": 1, "global_batch": None}
         values = {**self.training.values(), **layout}
         # the --tp values given, which a rack's NVLink domains cut by --num-gpus must admit (`cluster_build`)
-        cluster = build.build_cluster({**values, "domain_tp": tuple(self.tp or ())}, notes, cal)
+        cluster = build.build_cluster({**values, "domain_tp": tuple(self.tp or ())}, notes, cal, training=True)
         if fitted:
             from shardwise.calibration.parameters import apply
 

@@ -94,6 +94,8 @@ class Experiment:
     calibration_fit: Any = field(default=None, compare=False, repr=False)
     # the GPUs the calibration's runs measured (() : not recorded)
     calibration_gpus: tuple[str, ...] = ()
+    # the calibration's stack-bound fitted parameters where its runs ran another stack (() : none)
+    calibration_other_stack: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.prediction_log_sd is None:
@@ -111,11 +113,12 @@ class Experiment:
 
     @property
     def floor_log_sd(self) -> float:
-        """The narrowest band a calibration may give: on a GPU its runs did not measure, the
-        uncalibrated model's spread (`calibration.intervals.spread`); else 0."""
-        if self.calibration_fit is None or not self.calibration_gpus or self.gpu.name in self.calibration_gpus:
+        """The narrowest band a calibration may give: on a GPU or under a stack its runs did not
+        measure, the uncalibrated model's spread (`calibration.intervals.spread`); else 0."""
+        if self.calibration_fit is None:
             return 0.0
-        return self._uncalibrated_log_sd()
+        other_gpu = bool(self.calibration_gpus) and self.gpu.name not in self.calibration_gpus
+        return self._uncalibrated_log_sd() if other_gpu or self.calibration_other_stack else 0.0
 
     def with_(self, **changes: Any) -> Experiment:
         return replace(self, **changes)
