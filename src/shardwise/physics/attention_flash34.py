@@ -171,8 +171,9 @@ def as_flash2(gpu: Gpu, kernel: str, framework: str = "") -> str:
         )
     if kernel == "flash3" and arch in (80, 89) and framework not in HF_STACKS:
         return (
-            "flash_attn_interface called directly runs FlashAttention-3's sm80 build there (mma.sync, FlashAttention-2's "
-            "design), priced at flash2's; Hugging Face's flash_attention_3 refuses below compute capability 9.0"
+            "flash_attn_interface called directly runs FlashAttention-3's sm80 build there (mma.sync, "
+            "FlashAttention-2's design), priced at flash2's; Hugging Face's flash_attention_3 refuses below "
+            "compute capability 9.0"
         )
     return ""
 
