@@ -43,7 +43,7 @@ def test_flash3_ramp_follows_the_papers_forward_backward_and_causal_points():
     assert np.all(np.abs(back / FA3_BACKWARD - 1) < 0.04)
     # the shared ramp (FlashAttention-2, cuDNN: L0 = 100) would miss FA3's short sequences by more
     shared = H100_MAMF * p.forward_efficiency * at.ramp(LENGTHS, at.FORWARD_TILE_OVERHEAD_TOKENS)
-    assert shared[0] / FA3_PLAIN[0] - 1 > 0.10
+    assert shared[0] / FA3_PLAIN[0] - 1 == pytest.approx(0.193, abs=0.005)  # docs/model.md: 19% too fast at 512
 
 
 def test_flash4_on_blackwell_follows_its_published_b200_points():
