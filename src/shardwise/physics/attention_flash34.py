@@ -204,6 +204,8 @@ def refusal(gpu: Gpu, kernel: str, framework: str = "") -> str:
             f"flash-attn-4 runs only its forward on gpu {gpu.name!r} (sm{arch}): its backward asserts compute "
             "capability 9.x-12.x (flash_attn/cute/interface.py), so it cannot train there"
         )
+    if arch not in (0, 90, 100):  # read from the GPU's fields (`cuda_arch`)
+        why += f"; sm{arch} read from its fields: a Hopper or Blackwell GPU file sets gemm_kernels sm90 or sm100"
     return f"{kernel} cannot run here: {why}"
 
 
