@@ -211,3 +211,9 @@ def test_the_attention_kernel_lists_of_the_fields_and_the_plan_are_one():
     from shardwise.specs.plan_choices import ATTENTION_KERNELS
 
     assert ATTENTION_KERNEL_CHOICES == ATTENTION_KERNELS
+
+
+def test_a_head_dimension_flash4_rejects_on_b200_is_one_line_exit_2(cli):
+    argv = ["predict", "--model", "gpt-530b", "--system", "dgx-b200", "--nodes", "64", "--tp", "8", "--pp", "8"]
+    code, _out, err = cli([*argv, "--global-batch", "512", "--attention-kernel", "flash4"])
+    assert code == 2 and "head dimension 160" in err and err.count("\n") == 1 and "Traceback" not in err
