@@ -84,8 +84,13 @@ def flash2_swap(values: dict[str, Any], framework: str, gpu: Any, notes: list[st
     from shardwise.physics.attention_flash34 import as_flash2
 
     kernel, stack, flag = _flash34(values, framework, gpu)
-    cp = values.get("cp") or 1
-    if kernel and notes is not None and max(cp if isinstance(cp, (list, tuple)) else [cp]) > 1:
+    cp = values.get("cp")
+    cp = 1 if cp is None else cp
+    try:  # one value, or a sweep's several
+        cps = [float(c) for c in cp]
+    except TypeError:
+        cps = [float(cp)]
+    if kernel and notes is not None and max(cps) > 1:
         notes.append(
             f"{flag} with cp > 1: neither flash-attn package has a context-parallel ring of its own; Transformer "
             "Engine's ring is priced (its P2P exchange, each step's attention at this kernel's speed)"
