@@ -26,7 +26,7 @@ def test_every_xiongjiedai_row_keeps_llama_bench_deviation():
 def test_within_noise_is_two_deviations_of_one_and_unknown_is_not():
     assert NOISE_SDS == 2.0
     assert within_noise(1.027, 0.016) and not within_noise(1.036, 0.0024)
-    assert not within_noise(1.001, 0.0)  # no deviation printed: never called noise
+    assert within_noise(1.001, 0.0) is None  # no deviation printed: unknown, neither noise nor not
     row = ScalingRow("x", "PP(k)/PP(1)", "H100", "PCIe", "", "", 0.98, 1.027, "", 0.016)
     assert not row.direction_right and row.within_noise
 
@@ -43,3 +43,14 @@ def test_the_repetitions_explain_one_wrong_direction_at_most():
     assert sum(r.measured_sd > 0 for r in xdai) > 0.8 * len(xdai)
     noisy = [r.key for r in rows if not r.direction_right and r.within_noise]
     assert noisy == ["xdai-h100pcie-8b-f16-pp512-4v1"]
+
+
+def test_the_console_note_counts_noise_among_the_wrong_directions_with_a_printed_deviation(cli):
+    rows = scaling_rows()
+    wrong = [r for r in rows if not r.direction_right]
+    printed = [r for r in wrong if r.within_noise is not None]
+    assert 0 < len(printed) < len(wrong)  # some wrong directions print no deviation (gpt-oss, exllamav2)
+    code, out, _ = cli(["validate", "inference_scaling"])
+    text = " ".join(out.split())
+    assert code == 0 and f"1 of the {len(printed)} with a printed deviation" in text
+    assert f"the other {len(wrong) - len(printed)} unknown" in text

@@ -50,6 +50,8 @@ def test_a_box_whose_host_cpu_caps_pcie_sends_at_its_generation():
     before = throughput(uncapped, 1, 8) / throughput(replace(uncapped, gpus=1), 1, 1)
     measured = 7889.26 / 9382.00
     assert abs(ratio / measured - 1) < abs(before / measured - 1) and ratio < before
+    # only host-staged copies: a split whose copies go GPU to GPU (-sm tensor over NCCL) keeps the preset's link
+    assert _cluster(replace(h100, split="-sm tensor")).intra_node_link.name == "pcie5"
 
 
 def test_layer_scaling_breakdown_gives_both_sides_as_priced_and_measured():

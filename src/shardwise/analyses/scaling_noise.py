@@ -35,7 +35,7 @@ def ratio_sd(group: str, gpus: int, base_gpus: int) -> float:
     return a / b * math.hypot(sa / a, sb / b)
 
 
-def within_noise(measured: float, sd: float) -> bool:
-    """Whether a measured ratio lies within `NOISE_SDS` standard deviations of 1 (False where its
-    deviation is unknown, 0)."""
-    return sd > 0 and abs(measured - 1.0) <= NOISE_SDS * sd
+def within_noise(measured: float, sd: float) -> bool | None:
+    """Whether a measured ratio lies within `NOISE_SDS` standard deviations of 1 (None where its
+    deviation is unknown, 0: not printed, or printed as 0.00 on both sides)."""
+    return abs(measured - 1.0) <= NOISE_SDS * sd if sd > 0 else None

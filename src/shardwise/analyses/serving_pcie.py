@@ -123,7 +123,7 @@ class Pair:
     # no output.weight: Llama 3.2 1B, tie_word_embeddings true; the preset prices it untied)
     tied_embeddings: bool = False
     base_gpus: int = 1  # a layer split's reference GPU count (`LAYER_SCALING`: k GPUs against base_gpus)
-    link: str = ""  # the GPUs' link where the box's host CPU caps it below the system preset's (`XDAI_BOXES`)
+    link: str = ""  # the host CPU's PCIe link, capping host-staged copies below the preset's (`XDAI_BOXES`)
 
 
 PAIRS = (
@@ -153,7 +153,9 @@ PAIRS = (
 # build at every GPU count of a box (its notebooks), Meta Llama 3 GGUFs. A box: (GPU preset, system
 # preset, its GPU counts, the link its host CPU's root ports allow: the RTX 4090 box's Xeon Gold 6133
 # (Skylake-SP) has PCIe 3.0 lanes only, the H100 box's EPYC 7352 (Rome) PCIe 4.0, below the system
-# presets' Gen4 and Gen5; the CPU's datasheet, Intel ARK / AMD's product page); a model: (model
+# presets' Gen4 and Gen5; the CPU's datasheet, Intel ARK / AMD's product page). It caps the copies
+# because they go through host memory (`HOST_STAGED_SPLITS`): the H100 preset's Gen5 switch and P2P
+# are not on their path; the staging's second hop is not priced (docs/validation.md). A model: (model
 # preset, storage, the rows' comparison_group part, the GPU counts it does not fit). Every model,
 # box and workload is a case: k GPUs against one where the box has a 1-GPU row of the model, else
 # against k/2. tg1024 generates 1,024 tokens from an empty cache: priced at its mean context, 512.
@@ -166,6 +168,12 @@ XDAI_BOXES = {
     "h100pcie": ("h100-pcie-80gb", "h100-pcie-8x-switch", (1, 4), "pcie4"),  # EPYC 7352, build 2843
     "l40s": ("l40s", "l40s-8x", (1, 4), ""),  # Xeon Silver 4314, build 2834
 }
+# The splits whose copies between GPUs go through host memory, where the host CPU's PCIe generation caps
+# them: llama.cpp never enables peer access for `-sm layer` (`ggml_cuda_set_peer_access` only for split,
+# row, buffers: ggml-cuda.cu at ggerganov/ggml@6d056617), and `cudaMemcpyPeerAsync` between GPUs without
+# it is staged through the host (CUDA C++ Programming Guide, "Peer-to-Peer Memory Copy": with peer access
+# enabled such a copy "no longer needs to be staged through the host")
+HOST_STAGED_SPLITS = ("-sm layer",)
 XDAI_MODELS = (
     ("llama3-8b", "bf16", "8b-f16", ()),
     ("llama3-8b", "q4_k", "8b-q4_k_m", ()),
@@ -244,7 +252,7 @@ def pair_model(pair: Pair) -> Model:
 
 def _cluster(pair: Pair) -> Cluster:
     base = presets.system(pair.system)  # rtx4090-8x: PCIe Gen4, P2P off (the stock driver)
-    if pair.link:  # the host CPU's PCIe generation caps the box's links (`XDAI_BOXES`)
+    if pair.link and pair.split in HOST_STAGED_SPLITS:  # staged through host: its CPU's PCIe caps them
         base = base.with_(intra_node_link=presets.link(pair.link))
     return base.with_(gpu=presets.gpu(pair.gpu), gpus_per_node=pair.gpus, nodes=1)
 

@@ -161,8 +161,9 @@ class ScalingRow:
         return (self.predicted > 1.0) == (self.measured > 1.0)
 
     @property
-    def within_noise(self) -> bool:
-        """The measured ratio lies within the run-to-run noise of 1 (`analyses.scaling_noise`)."""
+    def within_noise(self) -> bool | None:
+        """The measured ratio lies within the run-to-run noise of 1 (`analyses.scaling_noise`; None:
+        no deviation printed)."""
         from shardwise.analyses.scaling_noise import within_noise
 
         return within_noise(self.measured, self.measured_sd)

@@ -73,11 +73,13 @@ def show_scaling(as_json: bool, markdown: bool) -> None:
     print_table(SUMMARY_HEAD, totals, "per ratio, link type and GPU", {3, 4}, markdown)
     wrong = [r for r in rows if not r.direction_right]
     noisy = [r.key for r in wrong if r.within_noise]
-    listed = f": {', '.join(noisy)}" if noisy else ""
+    printed = [r for r in wrong if r.within_noise is not None]
+    listed = f" ({', '.join(noisy)})" if noisy else ""
     note = (
         f"source: {CITATION}; a ratio above 1 is a gain, the direction is right when both agree on it; no constant "
-        f"was set from these rows; {len(wrong)} directions wrong, {len(noisy)} of them with a measured ratio within "
-        f"2 standard deviations of 1 (llama-bench's repetitions, where printed){listed}"
+        f"was set from these rows; {len(wrong)} directions wrong, {len(noisy)} of the {len(printed)} with a printed "
+        f"deviation (llama-bench's repetitions) within 2 standard deviations of 1{listed}, the other "
+        f"{len(wrong) - len(printed)} unknown (no deviation printed)"
         f"; {LEFT_OUT}"
     )
     if markdown:

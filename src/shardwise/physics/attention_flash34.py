@@ -5,7 +5,7 @@ of `physics.attention` (a call whose query tiles see W keys runs at W / (W + L0)
 a causal mask W = s / 2, half a tile more is wasted on the diagonal and the plateau is P_causal of the
 non-causal one). Every number is read from published kernel benchmarks, none from training runs.
 
-FlashAttention-3 on Hopper (`Gpu.gemm_kernels` "sm90"): Shah et al. 2024 (arXiv 2407.08608 v1; Fig. 4
+FlashAttention-3 on Hopper (`cuda_arch` 90): Shah et al. 2024 (arXiv 2407.08608 v1; Fig. 4
 forward and Fig. 5 backward, Fig. 5-6 in later versions), H100 SXM5 at 1830 MHz, BF16, batch x length
 = 16k tokens, hidden 2048 (32 / 16 / 8 heads of 64 / 128 / 256), TFLOP/s at 512, 1k, 2k, 4k, 8k, 16k:
 - forward, non-causal, head dim 128: 467, 565, 625, 638, 646, 648. In time, 1 / eta = (1 + L0 / W) / P:
@@ -23,14 +23,11 @@ forward and Fig. 5 backward, Fig. 5-6 in later versions), H100 SXM5 at 1830 MHz,
 - head dimension (16k tokens): forward non-causal 497 / 648 / 756 at 64 / 128 / 256 (0.77, 1, 1.17),
   backward 474 / 561 at 64 / 128 (0.845); head dim 256's backward is not plotted (128's kept, 1). FA3
   computes at its next template, 64, 96, 128, 192 or 256 (hopper/flash_api.cpp `round_up_headdim`).
-FlashAttention-3 runs on Hopper only: its Hopper kernels are built for sm_90a alone (hopper/setup.py
+FlashAttention-3's own code is Hopper's: its kernels for 9.x and up are built for sm_90a alone (hopper/setup.py
 `-gencode arch=compute_90a,code=sm_90a`, arch-specific code that Blackwell does not load, while its
-ARCH_SWITCH sends every arch from 90 up to them); its build's sm80 kernels (Ampere, Ada; left out with
-FLASH_ATTENTION_DISABLE_SM80) are mma.sync kernels of FlashAttention-2's design, and Hugging Face
-Transformers refuses attn_implementation "flash_attention_3" below compute capability 9.0
-(modeling_utils `_flash_attn_3_can_dispatch`, "Flash Attention 3 requires compute capability >= 9.0").
+ARCH_SWITCH sends every arch from 90 up to them); where else it runs: below.
 
-FlashAttention-4 on data-centre Blackwell (`Gpu.gemm_kernels` "sm100"), B200, BF16, head dim 128:
+FlashAttention-4 on data-centre Blackwell (`cuda_arch` 100), B200, BF16, head dim 128:
 - plateau: Zadouri et al. 2026 (arXiv 2603.05451, abstract) "up to 1613 TFLOPs/s (71% utilization)"
   forward; Dao-AILab/flash-attention PR #2280 (2026-02-27, "[Cute,Sm100,Bwd] Fix and enable 2CTA path
   for hdim 128 backward"), batch 4 x 8k tokens x 16 heads: forward 1534.8 non-causal, 1418.1 causal;
@@ -50,12 +47,32 @@ FlashAttention-4 on data-centre Blackwell (`Gpu.gemm_kernels` "sm100"), B200, BF
   machine figure); FA4 computes at the head dimension itself (flash_attn/cute/interface.py
   `_validate_head_dims`: 8-128 in steps of 8, 192 x 128, 256 x 256 on sm100), no padding priced.
 B300 and GB300 (Blackwell Ultra, twice the exponential units) take B200's figures: a lower bound.
-FlashAttention-4 (flash-attn-4 4.0 betas) runs on Hopper and Blackwell: flash_attn/cute/README.md
-("for Hopper and Blackwell GPUs"); interface.py asserts compute capability 9.x-12.x for the backward
-(8.x forward only) and picks its sm90 kernels on Hopper (flash_fwd_sm90.py, FlashAttention-3's design by
-its authors), priced there at FlashAttention-3's figures (no published H100 speed of its own was
-found); on sm120 (RTX 50x0, RTX PRO 6000) and sm80 it runs FlashAttention-2's mma.sync code
-(flash_fwd_sm120.py subclasses the sm80 kernel): refused here with a pointer to "flash2".
+Where each runs (`cuda_arch`: the compute capability x 10, read from the GPU's fields, which hold none
+of its own), as the kernels' own code decides:
+- FlashAttention-3 (hopper/setup.py): sm_90a kernels alone for 9.x and up, which Blackwell does not load:
+  refused on sm100 and sm120. Its build's sm80 kernels (Ampere, Ada; left out with
+  FLASH_ATTENTION_DISABLE_SM80) run when flash_attn_interface is called directly: mma.sync kernels of
+  FlashAttention-2's design, priced as "flash2" with a note; Hugging Face Transformers refuses
+  attn_implementation "flash_attention_3" below 9.0 (modeling_utils `_flash_attn_3_can_dispatch`,
+  "Flash Attention 3 requires compute capability >= 9.0"), so the stacks that reach it through
+  Transformers (`HF_STACKS`) are refused there.
+- FlashAttention-4 (flash-attn-4 4.0 betas, fa4-v4.0.0.beta22 flash_attn/cute/interface.py): the forward
+  asserts compute capability 8.x-12.x, the backward 9.x-12.x: on sm80-89 it cannot train (refused). On
+  Hopper it picks its sm90 kernels (flash_fwd_sm90.py, FlashAttention-3's design by its authors), priced
+  at FlashAttention-3's figures: no published H100 speed of its own was found, and its sm90 backward is
+  still moving (PR #2889, open after beta22: hdim 256 backward 373 -> 530 TFLOP/s), an assumption. On
+  sm120 (RTX 50x0, RTX PRO 6000) it runs flash_fwd_sm120.py / flash_bwd_sm120.py, which subclass the sm80
+  kernels (FlashAttention-2's mma.sync design): no published sm120 FA4 figure exists, so it is priced as
+  "flash2" on that GPU with a note.
+- AMD GPUs have no CUDA compute capability: both are CUDA kernels; ROCm runs FlashAttention-2 on Composable
+  Kernel ("flash2") or AOTriton under PyTorch SDPA ("sdpa-flash2").
+- Head dimensions: FlashAttention-3 takes 8-256 in multiples of 8 (hopper/flash_api.cpp: max_headdim 256,
+  "head_size should be a multiple of 8"); FlashAttention-4 the same on sm90, and on sm100 8-128 in steps of
+  8, 192 (with a 128 value head, DeepSeek's MLA; the value head is not checked) and 256 (its own kernel)
+  (`_validate_head_dims`). Others are refused (`head_dim_refusal`).
+- Context parallelism: neither package has a ring of its own (Hugging Face / accelerate's context
+  parallelism goes through SDPA); with cp > 1 the ring priced is Transformer Engine's (`physics.context`),
+  each chunk's attention at this kernel's speed, as `requests.attention` notes.
 """
 
 from __future__ import annotations
@@ -108,32 +125,112 @@ FLASH4_BLACKWELL = FlashProfile(
     head_dim_forward=(879.0 / 1330.0, 1.0, 1.0),
     head_dim_backward=(879.0 / 1330.0, 1.0, 1.0),
 )
-# the GPUs (`Gpu.gemm_kernels`) each kernel runs on, and its profile there
+# the compute capabilities x 10 (`cuda_arch`) each kernel runs its own code on, and its profile there
 PROFILES = {
-    "flash3": {"sm90": FLASH3_HOPPER},
-    "flash4": {"sm90": FLASH3_HOPPER, "sm100": FLASH4_BLACKWELL},
+    "flash3": {90: FLASH3_HOPPER},
+    "flash4": {90: FLASH3_HOPPER, 100: FLASH4_BLACKWELL},
 }
-ARCH_NAMES = {"flash3": "Hopper (sm90)", "flash4": "Hopper or data-centre Blackwell (sm90, sm100)"}
+# the stacks that reach FlashAttention-3 through Hugging Face Transformers' attn_implementation (DeepSpeed on
+# a Hugging Face model, as stas00/ml-engineering's rows): refused below 9.0 by Transformers
+HF_STACKS = ("hf-transformers", "deepspeed")
+AMD_KERNELS = ("flash2", "sdpa-flash2")  # what the project prices on ROCm: CK's FlashAttention-2, AOTriton
+NVIDIA_KERNELS = ("flash2", "fused")
+
+
+def cuda_arch(gpu: Gpu) -> int:
+    """The GPU's CUDA compute capability x 10 as the flash-attn packages read it, from its fields (none
+    holds it): 0 for AMD (ROCm, none); 100 data-centre Blackwell (`gemm_kernels` sm100), 90 Hopper (sm90);
+    else 120 with MX block scales (RTX Blackwell), 89 with FP8 (Ada), 80 with the fused kernels (Ampere),
+    70 before. A Hopper or Blackwell GPU file without `gemm_kernels` reads as 89 or 120."""
+    if gpu.vendor != "nvidia":
+        return 0
+    if gpu.gemm_kernels == "sm100":
+        return 100
+    if gpu.gemm_kernels == "sm90":
+        return 90
+    if bool(gpu.mxfp8):
+        return 120
+    if float(np.max(gpu.peak_flops_per_s_fp8)) > 0:
+        return 89
+    return 80 if bool(gpu.flash_attention) else 70
 
 
 def profile(gpu: Gpu, kernel: str) -> FlashProfile | None:
-    """`kernel`'s profile on `gpu` (None: not FlashAttention-3/4, or a GPU it does not run on)."""
-    if kernel not in PROFILES or gpu.vendor != "nvidia":
-        return None
-    return PROFILES[kernel].get(gpu.gemm_kernels)
+    """`kernel`'s profile on `gpu` (None: not FlashAttention-3/4, or a GPU it has no priced code for)."""
+    return PROFILES[kernel].get(cuda_arch(gpu)) if kernel in PROFILES else None
 
 
-def refusal(gpu: Gpu, kernel: str) -> str:
-    """Why `gpu` cannot run `kernel` in one clause (empty: it can, or the kernel is another)."""
-    if kernel not in PROFILES or profile(gpu, kernel) is not None:
+def as_flash2(gpu: Gpu, kernel: str, framework: str = "") -> str:
+    """Why `kernel` runs FlashAttention-2's code on `gpu` under `framework` and is priced as "flash2" (a
+    note's clause; empty: it does not)."""
+    arch = cuda_arch(gpu)
+    if kernel == "flash4" and arch == 120:
+        return (
+            "flash-attn-4 runs its sm120 kernels there (flash_fwd_sm120.py, flash_bwd_sm120.py: FlashAttention-2's "
+            "mma.sync design); no published sm120 FlashAttention-4 speed, priced at flash2's on that GPU"
+        )
+    if kernel == "flash3" and arch in (80, 89) and framework not in HF_STACKS:
+        return (
+            "flash_attn_interface called directly runs FlashAttention-3's sm80 build there (mma.sync, "
+            "FlashAttention-2's design), priced at flash2's; Hugging Face's flash_attention_3 refuses below "
+            "compute capability 9.0"
+        )
+    return ""
+
+
+def refusal(gpu: Gpu, kernel: str, framework: str = "") -> str:
+    """Why `gpu` cannot run `kernel` (for training) in one clause (empty: it can, the kernel is another,
+    or it runs as FlashAttention-2, `as_flash2`)."""
+    if kernel not in PROFILES or profile(gpu, kernel) is not None or as_flash2(gpu, kernel, framework):
         return ""
-    if kernel == "flash3" and gpu.gemm_kernels == "sm100":
-        why = "its Hopper kernels are built for sm_90a alone, flash-attention hopper/setup.py"
+    arch = cuda_arch(gpu)
+    if arch == 0:
+        why = (
+            f"gpu {gpu.name!r} is an AMD GPU (ROCm: no CUDA compute capability); {kernel} is a CUDA kernel, and ROCm "
+            "runs FlashAttention-2 on Composable Kernel (flash2) or AOTriton under PyTorch SDPA (sdpa-flash2)"
+        )
+    elif kernel == "flash3" and arch >= 100:
+        why = (
+            f"FlashAttention-3's kernels for 9.x and up are built for sm_90a alone (flash-attention hopper/setup.py), "
+            f"which gpu {gpu.name!r} (sm{arch}) does not load"
+        )
     elif kernel == "flash3":
-        why = "Hugging Face refuses flash_attention_3 below compute capability 9.0; its sm80 kernels are FA2's design"
+        why = (
+            f"framework {framework!r} reaches it through Hugging Face Transformers, which refuses flash_attention_3 "
+            f"below compute capability 9.0 (gpu {gpu.name!r}: sm{arch})"
+        )
     else:
-        why = "elsewhere flash-attn-4 runs FlashAttention-2's mma.sync code, flash_attn/cute/interface.py"
-    return f"{kernel} runs on {ARCH_NAMES[kernel]} only, not on gpu {gpu.name!r} ({why})"
+        why = (
+            f"flash-attn-4 runs only its forward on gpu {gpu.name!r} (sm{arch}): its backward asserts compute "
+            "capability 9.x-12.x (flash_attn/cute/interface.py), so it cannot train there"
+        )
+    if arch not in (0, 90, 100):  # read from the GPU's fields (`cuda_arch`)
+        why += f"; sm{arch} read from its fields: a Hopper or Blackwell GPU file sets gemm_kernels sm90 or sm100"
+    return f"{kernel} cannot run here: {why}"
+
+
+def alternatives(gpu: Gpu) -> tuple[str, ...]:
+    """The attention kernels to name instead of a refused FlashAttention-3/4 (`refusal`)."""
+    return AMD_KERNELS if cuda_arch(gpu) == 0 else NVIDIA_KERNELS
+
+
+def head_dim_refusal(gpu: Gpu, kernel: str, head_dim: Number) -> str:
+    """Why `kernel` rejects `head_dim` on `gpu` in one clause (empty: it takes it, or it is unknown, 0):
+    the kernels' own lists (module docstring)."""
+    d = np.atleast_1d(np.asarray(head_dim, dtype=float))
+    d = d[d > 0]
+    arch = cuda_arch(gpu)
+    if profile(gpu, kernel) is None or d.size == 0:
+        return ""
+    if kernel == "flash4" and arch == 100:
+        ok = (d % 8 == 0) & (((d >= 8) & (d <= 128)) | (d == 192) | (d == 256))
+        allowed = "8-128 in steps of 8, 192 (with a 128 value head) or 256 on sm100 (flash_attn/cute/interface.py)"
+    else:
+        ok = (d % 8 == 0) & (d >= 8) & (d <= 256)
+        allowed = "8-256 in steps of 8 (hopper/flash_api.cpp, flash_attn/cute/interface.py)"
+    if bool(np.all(ok)):
+        return ""
+    return f"{kernel} does not take head dimension {d[~ok][0]:g} on gpu {gpu.name!r}: it takes {allowed}"
 
 
 def head_dim_factors(p: FlashProfile, head_dim: Number) -> tuple[Number, Number]:

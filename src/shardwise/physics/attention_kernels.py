@@ -119,12 +119,19 @@ def attention_precision(precision: str) -> str:
 def flash34_profile(gpu: Gpu, kernel: str) -> fa34.FlashProfile | None:
     """FlashAttention-3/4's profile on `gpu` (`physics.attention_flash34`); None for the other kernels.
     A GPU the kernel does not run on is refused (`requests.attention` names the flag first)."""
-    if kernel not in fa34.FLASH34_KERNELS:
+    if kernel not in fa34.FLASH34_KERNELS or fa34.as_flash2(gpu, kernel):
         return None
     p = fa34.profile(gpu, kernel)
     if p is None:
-        raise SpecError(f"plan: attention_kernel {fa34.refusal(gpu, kernel)}; use flash2 or fused")
+        use = " or ".join(fa34.alternatives(gpu))
+        raise SpecError(f"plan: attention_kernel {kernel}: {fa34.refusal(gpu, kernel)}; use {use}")
     return p
+
+
+def priced_kernel(gpu: Gpu, kernel: str) -> str:
+    """The kernel priced for `kernel` on `gpu`: "flash2" where FlashAttention-3/4's package runs
+    FlashAttention-2's code there (`physics.attention_flash34.as_flash2`), else `kernel` itself."""
+    return "flash2" if kernel in fa34.FLASH34_KERNELS and fa34.as_flash2(gpu, kernel) else kernel
 
 
 def attention_relative_efficiency(gpu: Gpu, kernel: str) -> Number:
@@ -185,6 +192,9 @@ def flash2_head_dim_factors(gpu: Gpu, kernel: str, head_dim: Number) -> tuple[Nu
     (`physics.attention_flash34.head_dim_factors`)."""
     p = flash34_profile(gpu, kernel)
     if p is not None:
+        why = fa34.head_dim_refusal(gpu, kernel, head_dim)
+        if why:
+            raise SpecError(f"model: {why}; use attention_kernel {' or '.join(fa34.alternatives(gpu))}")
         return fa34.head_dim_factors(p, head_dim)
     if kernel not in FLASH2_KERNELS:
         return 1.0, 1.0

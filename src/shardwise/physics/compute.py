@@ -36,6 +36,7 @@ from shardwise.physics.attention_kernels import (  # noqa: F401
     attention_relative_efficiency,
     flash2_head_dim_factors,
     flash34_profile,
+    priced_kernel,
     sdpa_flash_fractions,
     torch_ring_s,
 )
@@ -206,6 +207,7 @@ def layer_times(
     bmm = scores + context
     # FlashAttention-2 padded to its kernel's head dimension, that kernel's speed on Hopper (flash2_head_dim_factors;
     # FlashAttention-3/4 their own, and their own ramps: `physics.attention_flash34`)
+    attention_kernel = priced_kernel(gpu, attention_kernel)  # FA3/FA4's packages running FA2's code: flash2
     hd_fwd, hd_bwd = flash2_head_dim_factors(gpu, attention_kernel, fwd.scores.k)
     profile = flash34_profile(gpu, attention_kernel)
     relative = attention_relative_efficiency(gpu, attention_kernel) * hd_fwd

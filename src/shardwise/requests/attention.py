@@ -41,24 +41,66 @@ def fallback_kernel(framework: str, kernel: str) -> str | None:
     return MEM_EFFICIENT if kernel == "sdpa-flash2" or framework in SDPA_FALLBACK_STACKS else None
 
 
-def check_arch(values: dict[str, Any], framework: str, gpu: Any) -> None:
-    """FlashAttention-3 off Hopper and FlashAttention-4 off Hopper and data-centre Blackwell are refused
-    in one line, as their builds refuse them (`physics.attention_flash34.refusal`): the kernel asked
-    for, else the framework preset's; not with --no-flash-attention, nor before sm80, where `changes`
-    says what runs instead."""
+def _flash34(values: dict[str, Any], framework: str, gpu: Any) -> tuple[str, str, str]:
+    """(kernel, the stack's name, how it was asked for) where FlashAttention-3/4 is asked for, by the flag or
+    the framework file, on a GPU that runs fused kernels; empty strings otherwise."""
     from shardwise import presets
-    from shardwise.physics.attention_flash34 import FLASH34_KERNELS, refusal
+    from shardwise.physics.attention_flash34 import FLASH34_KERNELS
 
     asked = values.get("attention_kernel")
     if values.get("flash_attention") is False or not bool(getattr(gpu, "flash_attention", True)):
-        return
-    if asked is not None and asked not in FLASH34_KERNELS:
-        return
-    kernel = asked or presets.framework(framework).get("attention_kernel", "fused")
-    why = refusal(gpu, kernel) if kernel in FLASH34_KERNELS else ""
+        return "", "", ""
+    stack = presets.framework(framework)
+    kernel = asked or stack.get("attention_kernel", "fused")
+    if kernel not in FLASH34_KERNELS:
+        return "", "", ""
+    flag = f"--attention-kernel {kernel}" if asked else f"framework {framework!r}: attention_kernel {kernel}"
+    return kernel, str(stack.get("framework", framework)), flag
+
+
+def check_arch(values: dict[str, Any], framework: str, gpu: Any) -> None:
+    """FlashAttention-3/4 where its code does not run for training (`physics.attention_flash34.refusal`:
+    FA3 on Blackwell or through Hugging Face below sm90, FA4's forward-only sm80 path, AMD) is refused in
+    one line: the kernel asked for, else the framework file's, whose own field is named (sweep, crossover
+    and sensitivity have no --attention-kernel); not with --no-flash-attention, nor before sm80, where
+    `changes` says what runs instead."""
+    from shardwise.physics.attention_flash34 import alternatives, refusal
+
+    kernel, stack, flag = _flash34(values, framework, gpu)
+    why = refusal(gpu, kernel, stack) if kernel else ""
     if why:
-        flag = f"--attention-kernel {kernel}" if asked else f"framework {framework!r}: attention_kernel {kernel}"
-        raise SpecError(f"{flag}: {why}; use --attention-kernel flash2 or fused")
+        kernels = alternatives(gpu)
+        use = (
+            f"use --attention-kernel {' or '.join(kernels)}"
+            if flag.startswith("--")
+            else f"set attention_kernel: {' or '.join(kernels)} in the framework file"
+        )
+        raise SpecError(f"{flag}: {why}; {use}")
+
+
+def flash2_swap(values: dict[str, Any], framework: str, gpu: Any, notes: list[str] | None) -> dict[str, Any]:
+    """{"attention_kernel": "flash2"} with a note where FlashAttention-3/4's package runs FlashAttention-2's
+    code on `gpu` (`physics.attention_flash34.as_flash2`: FA4 on sm120, FA3 called directly on sm80-89)."""
+    from shardwise.physics.attention_flash34 import as_flash2
+
+    kernel, stack, flag = _flash34(values, framework, gpu)
+    cp = values.get("cp")
+    cp = 1 if cp is None else cp
+    try:  # one value, or a sweep's several
+        cps = [float(c) for c in cp]
+    except TypeError:
+        cps = [float(cp)]
+    if kernel and notes is not None and max(cps) > 1:
+        notes.append(
+            f"{flag} with cp > 1: neither flash-attn package has a context-parallel ring of its own; Transformer "
+            "Engine's ring is priced (its P2P exchange, each step's attention at this kernel's speed)"
+        )
+    why = as_flash2(gpu, kernel, stack) if kernel else ""
+    if not why:
+        return {}
+    if notes is not None:
+        notes.append(f"{flag} on {gpu.name}: {why} (as --attention-kernel flash2)")
+    return {"attention_kernel": "flash2"}
 
 
 def changes(values: dict[str, Any], gpu: Any, notes: list[str] | None) -> dict[str, Any]:
@@ -72,7 +114,7 @@ def changes(values: dict[str, Any], gpu: Any, notes: list[str] | None) -> dict[s
     asked_flash, asked_kernel = values.get("flash_attention"), values.get("attention_kernel")
     check_arch(values, framework, gpu)
     if bool(getattr(gpu, "flash_attention", True)):
-        return {}
+        return flash2_swap(values, framework, gpu, notes)
     stack = presets.framework(framework)
     if asked_kernel == MEM_EFFICIENT or asked_flash is False:
         return {}

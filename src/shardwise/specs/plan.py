@@ -177,7 +177,8 @@ class Plan(PlanLayout):
     "te-flash2" (Transformer Engine's FlashAttention backend: flash-attn's kernels under Megatron-Core,
     TE's context-parallel ring; NeMo 24.01-24.07 as its launcher ran it, `physics.attention_kernels`),
     "flash3" (FlashAttention-3, Hopper) or "flash4" (FlashAttention-4, Hopper and data-centre Blackwell),
-    each at its own published speed and ramp (`physics.attention_flash34`);
+    each at its own published speed and ramp, as "flash2" where its package runs FlashAttention-2's code
+    (`physics.attention_flash34`);
     `eager_kernels`: element-wise work (norms, rotary embedding, activation, the loss) runs as one eager
     PyTorch kernel per op instead of fused kernels; `eager_rotary`: the rotary embedding alone stays ATen kernels
     with fp32 intermediates where the rest is fused (torchtitan's complex multiply, which TorchInductor does not

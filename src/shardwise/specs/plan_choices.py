@@ -41,7 +41,9 @@ MOE_DISPATCHERS = ("alltoall", "flex", "allgather", "dp-gather")
 # "sdpa-mem-efficient": PyTorch SDPA's memory-efficient backend (xFormers' CUTLASS kernels), what SDPA
 # runs where its flash backend cannot (before sm80: `requests.attention`)
 # "flash3": FlashAttention-3 (Hopper), "flash4": FlashAttention-4 (CuTe DSL; Hopper and data-centre Blackwell),
-# the flash-attn packages called directly or by HF's attn_implementation (`physics.attention_flash34`)
+# the flash-attn packages called directly or by HF's attn_implementation; where they run FlashAttention-2's
+# code, priced as "flash2" (`physics.attention_flash34`). `requests.fields.ATTENTION_KERNEL_CHOICES` spells
+# the same list (tests/test_flash34.py holds them equal)
 ATTENTION_KERNELS = ("fused", "flash2", "sdpa-flash2", "te-flash2", "sdpa-mem-efficient", "flash3", "flash4")
 # the loss kernel: the stack's own, Transformer Engine's parallel_cross_entropy, or an eager cross-entropy
 # on the 16-bit logits without an fp32 cast (held by the caller through the backward pass, or freed
