@@ -6,6 +6,8 @@ vLLM's and SGLang's, refused in one line where the engine or the GPU cannot run 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from shardwise import presets
@@ -85,8 +87,10 @@ def test_refusals_in_one_line():
 
 def test_serve_takes_attention_kernel(cli):
     argv = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--plan", "tp=1", "--input-len", "16384"]
-    code, out, err = cli([*argv, "--framework", "vllm", "--attention-kernel", "flash3", "--json"])
-    assert code == 0, err
+    code, out, err = cli([*argv, "--framework", "sglang", "--json"])
+    assert code == 0 and json.loads(out)["workload"]["attention_kernel"] == "flash3", err
+    code, out, err = cli([*argv, "--framework", "vllm", "--attention-kernel", "fused"])
+    assert code == 0 and "attention fused;" in out, err
     code, _, err = cli([*argv, "--framework", "tensorrt-llm", "--attention-kernel", "flash3"])
     assert code == 2 and "runs its own attention kernels" in err and "Traceback" not in err, err
     b200 = ["serve", "--model", "llama3-8b", "--gpu", "b200-sxm-180gb", "--num-gpus", "1", "--plan", "tp=1"]
