@@ -51,7 +51,8 @@ priced at that kernel's own speed and ramp (`physics.attention_flash34` for Flas
 - vLLM (V1): its CUDA platform ranks FLASH_ATTN first except on SM 10.x, where FLASHINFER leads
   (vllm/platforms/cuda.py `_get_backend_priorities`, vllm-project/vllm@1c0d9ec); its FLASH_ATTN backend
   runs vllm-flash-attn's FlashAttention-3 on SM 9.0 and FlashAttention-2 elsewhere
-  (vllm/attention/utils/fa_utils.py `get_flash_attn_version`: 3 where the capability's major is 9):
+  (`get_flash_attn_version` in vllm/v1/attention/backends/fa_utils.py, earlier vllm/attention/utils/
+  fa_utils.py: 3 where the capability's major is 9 and FA3 is built, else 2):
   Hopper "flash3", Ampere / Ada / SM 12.0 "flash2"; on B200-class Blackwell FlashInfer's prefill and
   decode run TensorRT-LLM's generated kernels (trtllm-gen, `use_trtllm_attention` in
   vllm/utils/flashinfer.py): "fused", TensorRT-LLM's own price. Its fp8 KV cache on Ampere runs
@@ -80,6 +81,13 @@ ENGINE_KERNELS: dict[str, dict[str, str]] = {
     "vllm": {"sm90": "flash3", "sm100": "fused", "generic": "flash2"},
     "sglang": {"sm90": "flash3", "sm100": "fused", "generic": "flash2"},
 }
+# where each engine's choice was read (module docstring), for `presets show ENGINE`
+KERNEL_SOURCES = {
+    "vllm": "vllm/platforms/cuda.py _get_backend_priorities (vllm-project/vllm@1c0d9ec); "
+    "vllm/v1/attention/backends/fa_utils.py get_flash_attn_version",
+    "sglang": "python/sglang/srt/server_args.py _handle_attention_backend_compatibility (sgl-project/sglang@469c63e)",
+}
+ARCH_LABELS = {"sm90": "Hopper (sm90)", "sm100": "B200-class Blackwell (sm100)", "generic": "Ampere, Ada, SM 12.0"}
 # the kernels `serve --attention-kernel` takes, and the engines it applies to (their --attention-backend)
 SERVING_KERNELS = ("fused", "flash2", "flash3", "flash4")
 KERNEL_ENGINES = ("vllm", "sglang")
@@ -108,6 +116,16 @@ def engine_kernel(engine: str, gpu: Any) -> str:
     if getattr(gpu, "vendor", "nvidia") != "nvidia":
         return "fused"
     return ENGINE_KERNELS.get(engine, {}).get(str(getattr(gpu, "gemm_kernels", "generic")), "fused")
+
+
+def kernels_by_arch(engine: str) -> dict[str, str]:
+    """The engine's attention kernel per architecture in words, with its source (`presets show ENGINE`)."""
+    if engine in UNFUSED_EVERYWHERE:
+        return {"every GPU": "unfused context attention (FMHA_ENABLE unset), fused decodes"}
+    if engine not in ENGINE_KERNELS:
+        return {"every GPU": "its own fused kernels (priced fused)"}
+    out = {ARCH_LABELS[arch]: kernel for arch, kernel in ENGINE_KERNELS[engine].items()}
+    return {**out, "AMD": "fused", "read in": KERNEL_SOURCES[engine]}
 
 
 def check_serving_kernel(engine: str, gpu: Any, kernel: str | None) -> None:
