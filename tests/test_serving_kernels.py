@@ -96,3 +96,5 @@ def test_serve_takes_attention_kernel(cli):
     b200 = ["serve", "--model", "llama3-8b", "--gpu", "b200-sxm-180gb", "--num-gpus", "1", "--plan", "tp=1"]
     code, _, err = cli([*b200, "--framework", "sglang", "--attention-kernel", "flash3"])
     assert code == 2 and "flash3 runs on Hopper" in err and len(err.strip().splitlines()) == 1, err
+    code, _, err = cli([*argv, "--framework", "vllm", "--attention-kernel", "flash2", "--emit", "vllm"])
+    assert code == 2 and "the --emit vllm server runs vllm's own (flash3 here)" in err, err

@@ -128,8 +128,9 @@ def kernels_by_arch(engine: str) -> dict[str, str]:
     return {**out, "AMD": "fused", "read in": KERNEL_SOURCES[engine]}
 
 
-def check_serving_kernel(engine: str, gpu: Any, kernel: str | None) -> None:
-    """`kernel` asked for (None: the engine's) in one clear line where the engine or the GPU cannot run it."""
+def check_serving_kernel(engine: str, gpu: Any, kernel: str | None, emit: str | None = None) -> None:
+    """`kernel` asked for (None: the engine's) in one clear line where the engine or the GPU cannot run it,
+    or where an --emit server would run another (its launch line names no attention backend)."""
     if kernel is None:
         return
     flag = f"--attention-kernel {kernel}"
@@ -143,6 +144,8 @@ def check_serving_kernel(engine: str, gpu: Any, kernel: str | None) -> None:
 
     if kernel in FLASH34_KERNELS and (why := refusal(gpu, kernel)):
         raise SpecError(f"{flag}: {why}; use --attention-kernel flash2 or fused")
+    if emit is not None and kernel != (own := engine_kernel(engine, gpu)):
+        raise SpecError(f"{flag}: the --emit {emit} server runs {engine}'s own ({own} here); drop one of them")
 
 
 def serving_attention(engine: str, gpu: Any, kernel: str | None = None) -> dict[str, Any]:
