@@ -2,7 +2,7 @@
 prices it. Where the GPU runs the fused kernels (`Gpu.flash_attention`: Ampere and later, AMD) every
 engine's prefill and decode attention is one fused kernel that never writes the scores (FlashAttention
 -2/3, FlashInfer, TensorRT-LLM's FMHA and XQA, vLLM's and SGLang's paged kernels, llama.cpp's own), at
-the fused kernel's efficiency (`physics.attention_kernels.FLASH_RELATIVE_EFFICIENCY`), but for
+the speed of the kernel the engine picks there (`ENGINE_KERNELS`, below), but for
 FasterTransformer, whose GPT context attention runs unfused on every GPU as it is built and run by
 default (below). Before Ampere (V100, SM 7.0) none of FlashAttention-2, FlashInfer or cuDNN's fused
 attention runs, and each engine runs what its code runs there:
