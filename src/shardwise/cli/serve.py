@@ -154,6 +154,13 @@ serving_options = _stack(
         "pytorch-eager: a plain PyTorch loop. [default: the framework's, graphs]",
     ),
     click.option(
+        "--attention-kernel",
+        type=click.Choice(["fused", "flash2", "flash3", "flash4"], case_sensitive=False),
+        help="vLLM's or SGLang's attention kernel (their --attention-backend): fused (cuDNN/TensorRT-LLM class), "
+        "flash2, flash3 (Hopper), flash4 (Hopper, B200-class). [default: the engine's on the GPU: flash3 on "
+        "Hopper, fused on B200-class Blackwell, flash2 elsewhere; its own for the other engines]",
+    ),
+    click.option(
         "--framework",
         type=click.Choice(list(SERVING_FRAMEWORKS), case_sensitive=False),
         help="Serving stack, with its version's defaults (engines/engine_presets.py): runtime (tensorrt-llm, vllm, "

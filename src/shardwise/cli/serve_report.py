@@ -42,7 +42,7 @@ def print_estimates(
         f"[bold]{model.name}[/] on {int(cluster.num_gpus)} x {cluster.gpu.name} ({cluster.intra_node_link.name} "
         f"inside a server{across}); {_lengths_text(workload, rows, mix)}{beyond}; "
         f"weights {workload.weight_precision} (GEMMs in {rows[0][1].scenario.plan.precision}), KV cache "
-        f"{workload.kv_precision}; {_engine_text(workload)}runtime {workload.runtime}; "
+        f"{workload.kv_precision}; {_engine_text(workload)}{_kernel_text(workload, rows)}runtime {workload.runtime}; "
         + all_reduce_text(workload.custom_all_reduce, cluster)
         + ("" if cluster.p2p else "; P2P off (NCCL through host memory)")
         + _pcie_text(cluster)
@@ -356,6 +356,16 @@ def _pcie_text(cluster: Any) -> str:
     beyond = "P2P" if top.p2p_beyond_switch and cluster.p2p else "staged through host memory"
     cpu = {"intel": " (Intel CPUs)", "amd": " (AMD CPUs)"}.get(top.cpu, "")
     return f"; PCIe: {where}, {top.gpus_per_socket} per socket{cpu}, hops beyond a switch {beyond}"
+
+
+def _kernel_text(workload: Any, rows: Any) -> str:
+    """vLLM's and SGLang's attention kernel on this GPU, or the one asked for (`engines.engine_attention`)."""
+    from shardwise.engines.engine_attention import KERNEL_ENGINES
+
+    plan = rows[0][1].scenario.plan
+    if workload.engine not in KERNEL_ENGINES or not bool(plan.flash_attention):
+        return ""
+    return f"attention {plan.attention_kernel}{'' if workload.attention_kernel else ' (its default here)'}; "
 
 
 def _engine_text(workload: Any) -> str:

@@ -2,7 +2,7 @@
 prices it. Where the GPU runs the fused kernels (`Gpu.flash_attention`: Ampere and later, AMD) every
 engine's prefill and decode attention is one fused kernel that never writes the scores (FlashAttention
 -2/3, FlashInfer, TensorRT-LLM's FMHA and XQA, vLLM's and SGLang's paged kernels, llama.cpp's own), at
-the fused kernel's efficiency (`physics.attention_kernels.FLASH_RELATIVE_EFFICIENCY`), but for
+the speed of the kernel the engine picks there (`ENGINE_KERNELS`, below), but for
 FasterTransformer, whose GPT context attention runs unfused on every GPU as it is built and run by
 default (below). Before Ampere (V100, SM 7.0) none of FlashAttention-2, FlashInfer or cuDNN's fused
 attention runs, and each engine runs what its code runs there:
@@ -43,6 +43,29 @@ the memory-efficient kernel's fraction of FlashAttention-2's speed
 for any of these kernels was found), through the plan's `attention_kernel` "sdpa-mem-efficient".
 Decode attention is bound by reading the KV cache, which the kernel's compute speed barely moves;
 prompts' attention is where the fallback costs.
+
+From Ampere on, each engine's attention kernel by GPU architecture (`ENGINE_KERNELS`, issue #37 item 5),
+priced at that kernel's own speed and ramp (`physics.attention_flash34` for FlashAttention-3/4,
+`physics.attention_kernels` for FlashAttention-2 and the fused kernels), prompts and decodes alike
+(decodes stay bound by the KV cache's bytes, which no kernel changes):
+- vLLM (V1): its CUDA platform ranks FLASH_ATTN first except on SM 10.x, where FLASHINFER leads
+  (vllm/platforms/cuda.py `_get_backend_priorities`, vllm-project/vllm@1c0d9ec); its FLASH_ATTN backend
+  runs vllm-flash-attn's FlashAttention-3 on SM 9.0 and FlashAttention-2 elsewhere
+  (`get_flash_attn_version` in vllm/v1/attention/backends/fa_utils.py, earlier vllm/attention/utils/
+  fa_utils.py: 3 where the capability's major is 9 and FA3 is built, else 2):
+  Hopper "flash3", Ampere / Ada / SM 12.0 "flash2"; on B200-class Blackwell FlashInfer's prefill and
+  decode run TensorRT-LLM's generated kernels (trtllm-gen, `use_trtllm_attention` in
+  vllm/utils/flashinfer.py): "fused", TensorRT-LLM's own price. Its fp8 KV cache on Ampere runs
+  FlashInfer (docs/serving.md), whose sm80 prefill is FlashAttention-2's design: "flash2" too.
+- SGLang: `_handle_attention_backend_compatibility` in python/sglang/srt/server_args.py (read at
+  sgl-project/sglang@469c63e, after 0.5.6.post2; the rule's comment block dates from 0.5.x): models
+  without latent attention get "fa3" on Hopper (CUDA >= 12.3, no speculative top-k > 1): "flash3";
+  "trtllm_mha" on SM 10.0 / 10.3: "fused"; FlashInfer elsewhere (Ampere, Ada, SM 12.0; its sm80
+  prefill is FlashAttention-2's design): "flash2".
+- TensorRT-LLM (its own FMHA / XQA), llama.cpp (its own kernels), plain PyTorch: "fused", unchanged.
+- AMD GPUs (vLLM's ROCm and AITER backends, SGLang's "aiter"): "fused", unchanged.
+`ServingWorkload.attention_kernel` (`serve --attention-kernel`) replaces the engine's kernel for vLLM and
+SGLang (their --attention-backend), refused in one line where the GPU cannot run it.
 """
 
 from __future__ import annotations
@@ -50,6 +73,24 @@ from __future__ import annotations
 from typing import Any
 
 from shardwise.engines.engine_formats import check_engine_gpu
+from shardwise.errors import SpecError
+
+# each engine's attention kernel by the GPU's architecture (`Gpu.gemm_kernels`; "generic": Ampere, Ada,
+# SM 12.0) on NVIDIA GPUs that run fused attention (module docstring); other engines and AMD: "fused"
+ENGINE_KERNELS: dict[str, dict[str, str]] = {
+    "vllm": {"sm90": "flash3", "sm100": "fused", "generic": "flash2"},
+    "sglang": {"sm90": "flash3", "sm100": "fused", "generic": "flash2"},
+}
+# where each engine's choice was read (module docstring), for `presets show ENGINE`
+KERNEL_SOURCES = {
+    "vllm": "vllm/platforms/cuda.py _get_backend_priorities (vllm-project/vllm@1c0d9ec); "
+    "vllm/v1/attention/backends/fa_utils.py get_flash_attn_version",
+    "sglang": "python/sglang/srt/server_args.py _handle_attention_backend_compatibility (sgl-project/sglang@469c63e)",
+}
+ARCH_LABELS = {"sm90": "Hopper (sm90)", "sm100": "B200-class Blackwell (sm100)", "generic": "Ampere, Ada, SM 12.0"}
+# the kernels `serve --attention-kernel` takes, and the engines it applies to (their --attention-backend)
+SERVING_KERNELS = ("fused", "flash2", "flash3", "flash4")
+KERNEL_ENGINES = ("vllm", "sglang")
 
 # what each engine runs where no fused FlashAttention-class kernel does (module docstring): plan fields
 NO_FLASH: dict[str, dict[str, Any]] = {
@@ -70,14 +111,57 @@ NO_FLASH_TEXT = {
 UNFUSED_EVERYWHERE = frozenset({"fastertransformer"})
 
 
-def serving_attention(engine: str, gpu: Any) -> dict[str, Any]:
-    """The plan fields that price `engine`'s attention on `gpu` (module docstring); `engine` must run
-    on `gpu` (a SpecError otherwise, `engines.engine_formats.check_engine_gpu`)."""
+def engine_kernel(engine: str, gpu: Any) -> str:
+    """The attention kernel `engine` runs on `gpu` where it runs fused attention (`ENGINE_KERNELS`)."""
+    if getattr(gpu, "vendor", "nvidia") != "nvidia":
+        return "fused"
+    return ENGINE_KERNELS.get(engine, {}).get(str(getattr(gpu, "gemm_kernels", "generic")), "fused")
+
+
+def kernels_by_arch(engine: str) -> dict[str, str]:
+    """The engine's attention kernel per architecture in words, with its source (`presets show ENGINE`)."""
+    if engine in UNFUSED_EVERYWHERE:
+        return {"every GPU": "unfused context attention (FMHA_ENABLE unset), fused decodes"}
+    if engine not in ENGINE_KERNELS:
+        return {"every GPU": "its own fused kernels (priced fused)"}
+    out = {ARCH_LABELS[arch]: kernel for arch, kernel in ENGINE_KERNELS[engine].items()}
+    return {**out, "AMD": "fused", "read in": KERNEL_SOURCES[engine]}
+
+
+def check_serving_kernel(engine: str, gpu: Any, kernel: str | None, emit: str | None = None) -> None:
+    """`kernel` asked for (None: the engine's) in one clear line where the engine or the GPU cannot run it,
+    or where an --emit server would run another (its launch line names no attention backend)."""
+    if kernel is None:
+        return
+    flag = f"--attention-kernel {kernel}"
+    if kernel not in SERVING_KERNELS:
+        raise SpecError(f"serving: attention_kernel {kernel!r} is not allowed; choose {', '.join(SERVING_KERNELS)}")
+    if engine not in KERNEL_ENGINES:
+        raise SpecError(f"{flag}: {engine} runs its own attention kernels; the flag picks vLLM's or SGLang's backend")
+    if not bool(getattr(gpu, "flash_attention", True)):
+        raise SpecError(f"{flag}: gpu {gpu.name!r} runs no FlashAttention (it needs SM 8.0); drop --attention-kernel")
+    from shardwise.physics.attention_flash34 import FLASH34_KERNELS, refusal
+
+    if kernel in FLASH34_KERNELS and (why := refusal(gpu, kernel)):
+        raise SpecError(f"{flag}: {why}; use --attention-kernel flash2 or fused")
+    if emit is not None and kernel != (own := engine_kernel(engine, gpu)):
+        raise SpecError(f"{flag}: the --emit {emit} server runs {engine}'s own ({own} here); drop one of them")
+
+
+def serving_attention(engine: str, gpu: Any, kernel: str | None = None) -> dict[str, Any]:
+    """The plan fields that price `engine`'s attention on `gpu` (module docstring): its own kernel
+    (`engine_kernel`) or `kernel` where given (`check_serving_kernel`); `engine` must run on `gpu`
+    (a SpecError otherwise, `engines.engine_formats.check_engine_gpu`)."""
     check_engine_gpu(engine, gpu, "serving: engine")
+    check_serving_kernel(engine, gpu, kernel)
     if engine in UNFUSED_EVERYWHERE:  # FasterTransformer's context attention (module docstring)
         return dict(NO_FLASH[engine])
     if bool(getattr(gpu, "flash_attention", True)):
-        return {"flash_attention": True}
+        fields: dict[str, Any] = {"flash_attention": True}
+        chosen = kernel or engine_kernel(engine, gpu)
+        if chosen != "fused":  # gathered keys and values, no PyTorch ring bookkeeping (below)
+            fields.update(attention_kernel=chosen, cp_comm="all_gather")
+        return fields
     # vLLM's prefill context parallelism all-gathers the keys and values (`engines.forward`), so no
     # PyTorch ring bookkeeping goes with the memory-efficient kernel (`physics.compute.layer_times`)
     fields = {"flash_attention": True, **NO_FLASH[engine]}

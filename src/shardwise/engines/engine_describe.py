@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardwise.engines.engine_attention import kernels_by_arch
 from shardwise.engines.engine_presets import ENGINES, EnginePreset, max_batched_tokens, max_sequences
 
 # GPUs whose memory sets the engines' default budgets and caps (vLLM also tells the A100 apart)
@@ -78,6 +79,7 @@ def describe_engines() -> list[dict[str, Any]]:
                 "pipeline_stage_host_per_request_s": e.stage_host_per_request_s,
                 "pipeline_stage_overhead_s": e.stage_overhead_s,
                 "defaults_by_gpu": defaults_on(e),
+                "attention_kernel": kernels_by_arch(e.name),  # `engines.engine_attention`
                 "source": e.source or "engines/engine_presets.py (module docstring)",
             }
         )

@@ -179,7 +179,7 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
         norm_fusion_max_bytes=fusion,
         moe_dispatcher=engine(wl.engine).moe_dispatcher,  # read with data-parallel attention alone
         precision=compute_precision(scn, wl.weight_precision),
-        **serving_attention(wl.engine, cluster.gpu),  # the engine's kernel on this GPU (`engines.engine_attention`)
+        **serving_attention(wl.engine, cluster.gpu, wl.attention_kernel),  # its kernel (`engines.engine_attention`)
         recompute="none",
         schedule="1f1b",
         vpp=1,

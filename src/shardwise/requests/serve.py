@@ -56,6 +56,7 @@ SERVE_FIELDS = (
     _f("tpot_max", "str"),
     _f("slo_percentile", "str", None, "50", "90", "99"),
     _f("runtime", "str", None, *RUNTIME_NAMES),
+    _f("attention_kernel", "str", None, "fused", "flash2", "flash3", "flash4"),
     _f("framework", "str", None, *SERVING_FRAMEWORKS),
     _f("custom_all_reduce", "bool", True),
     _f("with_frontier", "bool", False),
@@ -91,6 +92,7 @@ class ServeRequest:
     tpot_max: str | None = None
     slo_percentile: str | None = None  # None: 90; only with --ttft-max/--tpot-max
     runtime: str | None = None
+    attention_kernel: str | None = None  # None: the engine's on the GPU (`engines.engine_attention`)
     framework: str | None = None  # None: tensorrt-llm, or the --emit target's engine (resolved below)
     custom_all_reduce: bool = True
     with_frontier: bool = False
@@ -240,13 +242,14 @@ class ServeRequest:
                 runtime,
                 kernel,
                 engine=self.framework,
+                attention_kernel=self.attention_kernel,
             )
         except SpecError as exc:  # name the flag: "serving: input_len: ..." -> "--input-len: ..."
             text = str(exc).removeprefix("serving: ")
             name, _, rest = text.partition(": ")
             flags = {"input_len": "--input-len", "output_len": "--output-len", "batch": "--concurrency"}
             raise SpecError(f"{flags[name]}: {rest}" if name in flags and rest else str(exc)) from None
-        from shardwise.engines.engine_attention import serving_attention_note
+        from shardwise.engines.engine_attention import check_serving_kernel, serving_attention_note
         from shardwise.engines.engine_formats import check_kv_format, check_weight_format
 
         if stored is None:
@@ -257,6 +260,7 @@ class ServeRequest:
             except SpecError as exc:
                 raise SpecError(f"{exc} with --weight-precision (a checkpoint stored so)") from None
         check_kv_format(self.framework, cluster.gpu, workload.kv_precision, "--kv-precision", model)
+        check_serving_kernel(self.framework, cluster.gpu, self.attention_kernel, self.emit)  # `engine_attention`
         if (attention := serving_attention_note(self.framework, cluster.gpu)) is not None:
             notes.append(attention)
         mix = request_mix(self.lengths)

@@ -98,6 +98,7 @@ class ServeResult:
                 "weight_precision": wl.weight_precision,
                 "kv_precision": wl.kv_precision,
                 "runtime": wl.runtime,
+                "attention_kernel": _kernel_of(self.rows),
             },
             "plans": [
                 {
@@ -134,6 +135,14 @@ class ServeResult:
 # the times and rates of a plan's row (and their 80% intervals): null where it does not fit, as the
 # table's "-" (review 35: a static batch over the KV cache printed the times of a batch that cannot run)
 TIMED_KEYS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tokens_per_s", "per_user_tokens_per_s")
+
+
+def _kernel_of(rows: list[tuple[str, Any]]) -> str | None:
+    """The attention kernel the plans are priced with (`engines.engine_attention`), None without a plan."""
+    if not rows:
+        return None
+    plan = rows[0][1].scenario.plan
+    return str(plan.attention_kernel) if bool(plan.flash_attention) else "unfused"
 
 
 def _untimed(row: dict[str, Any]) -> dict[str, Any]:

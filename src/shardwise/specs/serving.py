@@ -59,6 +59,9 @@ class ServingWorkload:
     custom_all_reduce: str | None = None
     # whose KV-cache memory rule and pipeline-stage cost apply (engines/engine_presets.py)
     engine: str = "tensorrt-llm"
+    # vLLM's or SGLang's attention kernel: "fused", "flash2", "flash3" or "flash4"; None (the default):
+    # the engine's own on the GPU (engines/engine_attention.py ENGINE_KERNELS), as its backend selector picks
+    attention_kernel: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "batch"):
@@ -71,6 +74,11 @@ class ServingWorkload:
         if not isinstance(self.custom_all_reduce, str) or self.custom_all_reduce not in kernels:
             raise SpecError(
                 f"serving: custom_all_reduce {self.custom_all_reduce!r} is not allowed; choose {', '.join(kernels)}"
+            )
+        kernels = ("fused", "flash2", "flash3", "flash4")  # engines/engine_attention.py SERVING_KERNELS
+        if self.attention_kernel is not None and self.attention_kernel not in kernels:
+            raise SpecError(
+                f"serving: attention_kernel {self.attention_kernel!r} is not allowed; choose {', '.join(kernels)}"
             )
         if not isinstance(self.runtime, str) or self.runtime not in RUNTIME_NAMES:
             raise SpecError(f"serving: runtime {self.runtime!r} is not allowed; choose {', '.join(RUNTIME_NAMES)}")
