@@ -152,6 +152,14 @@ class ServeRequest:
     def targets(self) -> bool:
         return self.ttft_max is not None or self.tpot_max is not None
 
+    def _tp_max(self, cluster: Any) -> int:
+        """The largest tp the plans compared use (without --plan: a server's GPUs), which must split
+        the heads of a model made --hidden wide (`requests.model_shape`)."""
+        from shardwise.requests.serve_notes import serving_specs
+
+        tps = [cluster.num_gpus if s.tp == "all" else s.tp for s in serving_specs(self.plans)] if self.plans else []
+        return int(max(tps)) if tps else min(int(cluster.gpus_per_node), int(cluster.num_gpus))
+
     # --- the answer ----------------------------------------------------------------------------
     def setting(self) -> ServeSetting:
         """Model, cluster, plans, workload and traffic resolved and checked (no plan priced yet)."""
@@ -161,13 +169,13 @@ class ServeRequest:
 
         notes: list[str] = []
         options = self.target.values()
-        model = build_model(options)
-        notes += model_notes(options)
-        if model.is_hybrid:  # as `engines.serving.serving_scenario` says, once instead of per plan
-            raise SpecError(f"model {model.name!r}: serving a hybrid Mamba-2 model is not priced yet (training is)")
         cluster_options = {**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None}
         cal = load_calibration(options.get("calibration"))
         cluster = build_cluster(cluster_options, notes, cal)
+        model = build_model(options, self._tp_max(cluster))  # --hidden: the heads every plan's tp splits
+        notes[:0] = model_notes(options)
+        if model.is_hybrid:  # as `engines.serving.serving_scenario` says, once instead of per plan
+            raise SpecError(f"model {model.name!r}: serving a hybrid Mamba-2 model is not priced yet (training is)")
         if cal is not None:
             from shardwise.calibration.explain import untested_for_serving
 
