@@ -58,6 +58,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
                 f"{whole_range(o[flag], 1)}"
             )
     hardware = _hardware(o)
+    precision_given = o.get("precision") is not None
     o = {**o, "precision": resolved(o.get("precision"), hardware["gpu"], "--precision", notes)}
     o = {**o, **attention.changes(o, hardware["gpu"], notes)}  # what runs on the GPU (`requests.attention`)
     plans = tuple(parse_plan_spec(t) for t in o["plans"]) or base.plans
@@ -67,6 +68,11 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
     model = presets.model(o["model_name"], **overrides)
     if notes is not None and (note := presets.model_family_note(o["model_name"])):
         notes.append(note)
+    stored = None  # serving a quantised checkpoint: its weights as published, as `serve` prices them
+    if o["workload"] in ("decode", "prefill") and not precision_given:
+        from shardwise.requests.checkpoint_weights import checkpoint_weights
+
+        stored = checkpoint_weights(o["model_name"], notes, "--precision")
     links = tuple(_with_latency(parse_link_spec(t), t, hardware["latency_s"]) for t in o["links"])
     if notes is not None:
         notes += [note for t in o["links"] if (note := _network_link_note(t, hardware["gpus"]))]
@@ -132,6 +138,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
         workload=o["workload"],
         cost_model=o["cost_model"],
         recompute_every=recompute.every if o["workload"] == "train" else 0,
+        serving_weights=stored,
         plan_defaults={
             "recompute": recompute.mode,  # None given: the framework's (`resolve_recompute`)
             "flash_attention": flash_attention(o),

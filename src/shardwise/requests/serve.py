@@ -287,24 +287,10 @@ class ServeRequest:
 
     def _checkpoint_weights(self, notes: list[str]) -> str | None:
         """The weights' storage the checkpoint --model loads states, where no --weight-precision is
-        given: a config.json's quantization_config (`hf_quant`), or a preset's `hf_weights` (the
-        checkpoint its hf_id names: DeepSeek-V3's and Kimi K2's FP8 blocks, gpt-oss's MXFP4 experts),
-        the default, said in a note; None otherwise (16 bits, the GPU's)."""
-        from shardwise.hf_quant import model_checkpoint
-        from shardwise.presets import is_hf_config
+        given (`requests.checkpoint_weights`, as crossover/sweep take it); None: 16 bits, the GPU's."""
+        from shardwise.requests.checkpoint_weights import checkpoint_weights
 
-        name = self.target.model
-        if self.weight_precision is not None or not name:
-            return None
-        found = model_checkpoint(name)
-        if found is None:
-            return None
-        if is_hf_config(name):
-            where = f"as {name}'s quantization_config states them ({found.words()})"
-        else:  # a preset (or a model file stating hf_weights): served as published, as a user expects
-            where = f"as {name}'s published checkpoint stores them (hf_weights)"
-        notes.append(f"weights {found.precision}: the checkpoint's, {where}; --weight-precision to price another")
-        return found.precision
+        return None if self.weight_precision is not None else checkpoint_weights(self.target.model, notes)
 
     def _stored_field(self) -> str:
         """Where the checkpoint's precision was read, as a refusal names it."""
