@@ -4,8 +4,6 @@ MaxText) and every axis (pipelines under FSDP1, review 47 #9)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from click.testing import CliRunner
 
@@ -15,8 +13,6 @@ from shardwise.presets.stack_defaults import framework_degrees, framework_schedu
 STATED = {
     "internevo": ("1f1b", "interleaved", "zb-h1"),
     "colossalai": ("1f1b", "interleaved"),
-    "maxtext": ("gpipe",),
-    "paxml": ("gpipe",),
     "fsdp2": ("gpipe", "1f1b", "interleaved"),
     "nemo-automodel": ("gpipe", "1f1b", "interleaved"),
 }
@@ -46,14 +42,3 @@ def test_predict_notes_a_pipeline_under_fsdp1():
     out = CliRunner().invoke(main, [*args, "--framework", "fsdp", "--pp", "2"])
     assert out.exit_code == 0, out.output
     assert "fsdp runs no pipeline parallelism (pp=2)" in out.stderr
-
-
-def test_maxtext_prices_its_gpipe_pipeline_by_default():
-    args = ["predict", "--model", "llama3.1-8b", "--system", "dgx-h100", "--global-batch", "64", "--pp", "2"]
-    default = CliRunner().invoke(main, [*args, "--framework", "maxtext", "--json"])
-    gpipe = CliRunner().invoke(main, [*args, "--framework", "maxtext", "--schedule", "gpipe", "--json"])
-    assert default.exit_code == gpipe.exit_code == 0, default.output + gpipe.output
-    a, b = (json.loads(r.stdout) for r in (default, gpipe))
-    assert a["step_time_s"] == b["step_time_s"]
-    # the note no longer offers a schedule MaxText does not run
-    assert any("its only one" in n for n in a["notes"]) and not any("1f1b" in n for n in a["notes"])

@@ -149,22 +149,15 @@ def default_recompute_layers(o: dict[str, Any], pp: int, model: Any) -> int:
 
 def stack_default_notes(o: dict[str, Any], plan: Any) -> list[str]:
     """What a framework's own layout defaults chose where the fields left it open (`notes`)."""
-    from shardwise.presets.stack_defaults import (
-        framework_schedule,
-        framework_schedules,
-        framework_sequence_parallel,
-        not_in_stack,
-    )
+    from shardwise.presets.stack_defaults import framework_schedule, framework_sequence_parallel, not_in_stack
 
     stack = o.get("framework") or "megatron-core"
     out: list[str] = []
     m, pp = int(plan.num_micro_batches), int(plan.pp)
     if o.get("schedule") is None and (o.get("vpp") or 1) == 1 and framework_schedule(stack) == "gpipe" and m > 1:
-        runs = framework_schedules(stack)  # 1F1B only where the stack runs it (MaxText, Paxml: GPipe alone)
-        other = f"--schedule 1f1b holds at most {min(pp, m)}" if runs is None or "1f1b" in runs else "its only one"
         out.append(
             f"{plan.framework}'s default schedule runs all {m} forwards, then all backwards, holding every "
-            f"micro-batch's activations; {other}"
+            f"micro-batch's activations; --schedule 1f1b holds at most {min(pp, m)}"
         )
     if o.get("sequence_parallel") is None and o.get("tp", 1) > 1 and framework_sequence_parallel(stack) is False:
         out.append(
