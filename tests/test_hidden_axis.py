@@ -73,3 +73,68 @@ def test_the_hidden_flag_on_a_named_model_keeps_its_ratios():
     same = CliRunner().invoke(main, [*base, "--hidden", "4096"])
     assert plain.exit_code == same.exit_code == 0, plain.output + same.output
     assert plain.stdout == same.stdout
+
+
+def _predict(args: list[str]) -> dict:
+    out = CliRunner().invoke(main, ["predict", "--model", "llama3.1-8b", *SYSTEM, "--json", *args])
+    assert out.exit_code == 0, out.output
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("hidden", [5120, 8192])
+def test_predict_hidden_on_a_named_model_equals_the_sweep_cell_at_that_hidden(hidden):
+    """One rule for --hidden in every command (task r47d #1): predict changed `hidden` alone
+    (llama3.1-8b at 8192: 32 heads of 256, ffn 14336) while the sweep kept the ratios (64 heads of
+    128, 16 KV heads, ffn 28672). The sweep's defaults given to predict: ZeRO-0, no SP, no recompute."""
+    flags = ["--global-batch", "64", "--tp", "8", "--zero", "0", "--no-sequence-parallel", "--recompute", "none"]
+    got = _predict([*flags, "--hidden", str(hidden)])["step_time_s"]
+    out = CliRunner().invoke(
+        main,
+        [
+            "sweep",
+            "--model",
+            "llama3.1-8b",
+            *SYSTEM,
+            "--plan",
+            "tp=8",
+            "--vary",
+            "batch=64",
+            "--vary",
+            f"hidden={hidden}",
+            "-o",
+            "-",
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    (row,) = csv.DictReader(io.StringIO(out.stdout))
+    assert got == pytest.approx(float(row["time_s[tp=8]"]), rel=1e-12)
+
+
+def test_every_command_builds_the_same_model_for_hidden_and_the_users_shape_flags_win():
+    from shardwise.requests.build import build_model
+
+    wide = build_model({"model": "llama3.1-8b", "hidden": 8192, "tp": 8})
+    assert (wide.heads, wide.kv_heads, wide.ffn_hidden) == (64, 16, 28672)
+    own = build_model({"model": "llama3.1-8b", "hidden": 4096})
+    assert own == presets.model("llama3.1-8b")
+    given = build_model({"model": "llama3.1-8b", "hidden": 8192, "heads": 32, "ffn_hidden": 20000})
+    assert (given.heads, given.kv_heads, given.ffn_hidden) == (32, 8, 20000)  # 4 query heads per KV head kept
+    kv = build_model({"model": "llama3.1-8b", "hidden": 8192, "kv_heads": 8})
+    assert (kv.heads, kv.kv_heads) == (64, 8)
+
+
+def test_serve_and_plan_take_the_same_shape_for_hidden():
+    out = CliRunner().invoke(
+        main, ["serve", "--model", "llama3.1-8b", *SYSTEM, "--hidden", "8192", "--plan", "tp=8", "--json"]
+    )
+    assert out.exit_code == 0, out.output
+    plan = CliRunner().invoke(
+        main, ["plan", "--model", "llama3.1-8b", *SYSTEM, "--hidden", "8192", "--global-batch", "64", "--json"]
+    )
+    assert plan.exit_code == 0, plan.output
+    from shardwise.requests.serve import ServeRequest
+    from shardwise.requests.training import TrainingRequest
+
+    req = ServeRequest(TrainingRequest(model="llama3.1-8b", system="dgx-h100", hidden=8192), plans=("tp=8",))
+    model = req.setting().model
+    assert (model.heads, model.kv_heads, model.ffn_hidden) == (64, 16, 28672)

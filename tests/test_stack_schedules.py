@@ -1,51 +1,44 @@
-"""Each stack's preset names the pipeline schedules its code runs (review 47 #2): under
-megatron-core, the default, `plan` ranked ZB-H1 first for Llama 3.1 405B on 128 H100, a schedule
-Megatron-LM does not run (its own --emit megatron re-priced it as 1F1B)."""
+"""The pipeline schedules and model-parallel axes each stack's preset states (task r47d #2): the
+presets left unchecked by review 47 #2 searched every schedule (ZB-H1 under Colossal-AI, 1F1B under
+MaxText) and every axis (pipelines under FSDP1, review 47 #9)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from click.testing import CliRunner
 
-from shardwise.presets.stack_defaults import framework_schedules
+from shardwise.cli import cli as main
+from shardwise.presets.stack_defaults import framework_degrees, framework_schedule, framework_schedules
 
-
-@pytest.mark.parametrize(
-    ("stack", "schedules"),
-    [
-        ("megatron-core", ("1f1b", "interleaved")),
-        ("megatron-lm-2022", ("1f1b", "interleaved")),
-        ("megatron-lm-2021", ("1f1b", "interleaved")),
-        ("megatron-deepspeed", ("1f1b", "zb-h1")),
-        ("deepspeed", ("1f1b",)),
-        ("torchtitan", ("gpipe", "1f1b", "interleaved")),
-        ("torchtitan-compile", ("gpipe", "1f1b", "interleaved")),
-        ("nanotron", ("gpipe", "1f1b")),
-    ],
-)
-def test_each_stack_names_the_schedules_its_code_runs(stack, schedules):
-    assert framework_schedules(stack) == schedules
+STATED = {
+    "internevo": ("1f1b", "interleaved", "zb-h1"),
+    "colossalai": ("1f1b", "interleaved"),
+    "fsdp2": ("gpipe", "1f1b", "interleaved"),
+    "nemo-automodel": ("gpipe", "1f1b", "interleaved"),
+}
+NO_PIPELINE = ("fsdp", "composer", "hf-transformers", "flash-attn-trainer", "modalities")
 
 
-def test_plan_under_megatron_core_ranks_only_schedules_megatron_runs(cli):
-    args = ["plan", "--model", "llama3.1-405b", "--system", "dgx-h100", "--nodes", "16", "--global-batch", "512"]
-    code, out, err = cli([*args, "--json"])
-    assert code == 0, err
-    data = json.loads(out)
-    assert {p["schedule"] for p in data["plans"]} <= {"1f1b", "interleaved"}
-    code, out, err = cli(args)
-    assert code == 0, err
-    ranked = out.partition("why:")[0]
-    assert "zb-h1" not in ranked and "gpipe" not in ranked
+@pytest.mark.parametrize("name", sorted(STATED))
+def test_each_pipelined_stack_states_its_schedules(name):
+    assert framework_schedules(name) == STATED[name]
+    assert (framework_schedule(name) or "1f1b") in STATED[name]
 
 
-@pytest.mark.parametrize(("stack", "schedule"), [("megatron-core", "zb-h1"), ("megatron-lm-2022", "gpipe")])
-def test_predict_notes_a_schedule_megatron_does_not_run_and_prices_it_as_asked(cli, stack, schedule):
-    base = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "64", "--pp", "2"]
-    code, out, err = cli([*base, "--framework", stack, "--schedule", schedule])
-    assert code == 0, err
-    assert f"{stack} runs the 1f1b, interleaved pipeline schedules, not {schedule}; priced as asked" in err
-    assert f", {schedule}," in out  # priced as asked
-    code, _out, err = cli([*base, "--framework", "megatron-deepspeed", "--schedule", "zb-h1"])
-    assert code == 0 and "priced as asked" not in err  # --enable-zbh1-pipeline
+@pytest.mark.parametrize("name", NO_PIPELINE)
+def test_the_stacks_without_a_pipeline_search_pp_1_only(name):
+    assert framework_degrees(name, "pp") == (1,)
+
+
+def test_data_parallel_only_stacks_and_hf_axes():
+    assert framework_degrees("flash-attn-trainer", "tp") == framework_degrees("modalities", "tp") == (1,)
+    assert framework_degrees("hf-transformers", "tp") is None and framework_degrees("hf-transformers", "cp") is None
+    assert framework_degrees("fsdp", "tp") is None and framework_degrees("fsdp", "cp") == (1,)
+
+
+def test_predict_notes_a_pipeline_under_fsdp1():
+    """review 47 #9: `predict --framework fsdp --pp 2` was priced with no note (Composer had one)."""
+    args = ["predict", "--model", "llama3.1-8b", "--system", "dgx-h100", "--global-batch", "64"]
+    out = CliRunner().invoke(main, [*args, "--framework", "fsdp", "--pp", "2"])
+    assert out.exit_code == 0, out.output
+    assert "fsdp runs no pipeline parallelism (pp=2)" in out.stderr

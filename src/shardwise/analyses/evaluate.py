@@ -206,8 +206,9 @@ def _measure(exp: Experiment, scn: Any, parts: bool = True) -> tuple[Any, Any, d
         from shardwise.specs.serving import ServingWorkload
 
         precision = exp.plan_defaults.get("precision", "bf16")
+        weights = exp.serving_weights or precision  # a quantised checkpoint's own storage, as serve
         wl = ServingWorkload(
-            scn.model.seq_len, SERVING_OUTPUT_LEN, scn.plan.global_batch, precision, precision, custom_all_reduce="none"
+            scn.model.seq_len, SERVING_OUTPUT_LEN, scn.plan.global_batch, weights, precision, custom_all_reduce="none"
         )
         est = estimate_serving(scn, wl)
         if exp.workload == "decode":

@@ -60,7 +60,7 @@ experiment_options = _stack(
         type=int,
         help=(
             "Override the hidden size; the model's head dim, heads per KV head and ffn/hidden ratio are kept "
-            "(docs/commands/crossover.md), unless --heads."
+            "(docs/commands/crossover.md; predict/plan/serve alike); --heads/--kv-heads/--ffn-hidden given win."
         ),
     ),
     click.option("--heads", type=int, help="Override the attention heads."),

@@ -44,7 +44,12 @@ model_options = _stack(
         help="Model preset (see `shardwise presets models`), a YAML file, or a Hugging Face config.json.",
     ),
     click.option("--layers", type=int, help="Transformer layers (overrides the preset)."),
-    click.option("--hidden", type=int, help="Hidden size h."),
+    click.option(
+        "--hidden",
+        type=int,
+        help="Hidden size h. On a named model the heads, KV heads and MLP width follow it (its head dim, query "
+        "heads per KV head and ffn/hidden kept, as crossover/sweep); --heads/--kv-heads/--ffn-hidden given win.",
+    ),
     click.option("--heads", type=int, help="Attention heads a."),
     click.option("--kv-heads", type=int, help="Key/value heads (grouped-query attention); default: heads."),
     click.option("--ffn-hidden", type=int, help="MLP hidden size; default: 4 x hidden."),

@@ -83,13 +83,19 @@ def check_cublas(values: dict[str, Any], gpu: Any) -> None:
 MODEL_SHAPE_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")
 
 
-def build_model(o: dict[str, Any]) -> Any:
+def build_model(o: dict[str, Any], tp_max: int | None = None) -> Any:
+    """The model of the fields: a preset, file or Hugging Face config with the shape flags given, or
+    a custom one. --hidden on a named model keeps its head dim, heads per KV head and ffn/hidden
+    (`requests.model_shape`, as crossover/sweep), the heads split by `tp_max` (default: --tp)."""
     from shardwise import loaders, presets
+    from shardwise.requests.model_shape import hidden_overrides
 
     overrides = {k: o[k] for k in (*MODEL_SHAPE_KEYS, "seq_len") if o.get(k) is not None}
     if o.get("family"):
         overrides["family"] = o["family"]
     if o.get("model"):
+        tp = tp_max if tp_max is not None else o.get("tp")
+        overrides = hidden_overrides(o["model"], overrides, tp if isinstance(tp, int) else 1)
         return presets.model(o["model"], **overrides)
     missing = [f"--{k}" for k in ("layers", "hidden", "heads") if k not in overrides]
     if missing:

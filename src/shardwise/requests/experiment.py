@@ -32,7 +32,6 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
     """The `Experiment` of the options (click's names: `model_name`, `gpus`, `batch`, `links`,
     `plans`, ...); what was assumed is appended to `notes`."""
     from shardwise import presets
-    from shardwise.analyses.evaluate import shape_for_hidden
     from shardwise.analyses.experiment import BRIEF_LINKS, brief_experiment
     from shardwise.errors import SpecError
     from shardwise.loaders import parse_plan_spec
@@ -40,6 +39,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
     from shardwise.presets.stack_defaults import resolve_recompute
     from shardwise.requests import attention
     from shardwise.requests.build import flash_attention, stage_kwargs
+    from shardwise.requests.model_shape import hidden_overrides
     from shardwise.requests.precision import resolved
     from shardwise.specs._checks import MAX_WHOLE, whole_range
     from shardwise.specs.experiment import Experiment
@@ -58,21 +58,21 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
                 f"{whole_range(o[flag], 1)}"
             )
     hardware = _hardware(o)
+    precision_given = o.get("precision") is not None
     o = {**o, "precision": resolved(o.get("precision"), hardware["gpu"], "--precision", notes)}
     o = {**o, **attention.changes(o, hardware["gpu"], notes)}  # what runs on the GPU (`requests.attention`)
     plans = tuple(parse_plan_spec(t) for t in o["plans"]) or base.plans
-    if o.get("hidden") is not None:
-        h = o["hidden"]
+    if o.get("hidden") is not None:  # the model's ratios kept (`requests.model_shape`)
         tp_max = max(hardware["gpus"] if p.tp == "all" else p.tp for p in plans)
-        own = presets.model(o["model_name"])  # its ratios kept (`shape_for_hidden`)
-        shape = {k: int(v) for k, v in shape_for_hidden(own, h, tp_max).items()}
-        if o.get("heads") and not o.get("kv_heads"):  # --heads given: its query heads per KV head, else MHA
-            group = shape["heads"] // shape["kv_heads"]
-            shape["kv_heads"] = o["heads"] // group if o["heads"] % group == 0 else o["heads"]
-        overrides = {**shape, **overrides}
+        overrides = hidden_overrides(o["model_name"], {**overrides, "hidden": o["hidden"]}, tp_max)
     model = presets.model(o["model_name"], **overrides)
     if notes is not None and (note := presets.model_family_note(o["model_name"])):
         notes.append(note)
+    stored = None  # serving a quantised checkpoint: its weights as published, as `serve` prices them
+    if o["workload"] in ("decode", "prefill") and not precision_given:
+        from shardwise.requests.checkpoint_weights import checkpoint_weights
+
+        stored = checkpoint_weights(o["model_name"], notes, "--precision")
     links = tuple(_with_latency(parse_link_spec(t), t, hardware["latency_s"]) for t in o["links"])
     if notes is not None:
         notes += [note for t in o["links"] if (note := _network_link_note(t, hardware["gpus"]))]
@@ -145,6 +145,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
         workload=o["workload"],
         cost_model=o["cost_model"],
         recompute_every=recompute.every if o["workload"] == "train" else 0,
+        serving_weights=stored,
         plan_defaults={
             "recompute": recompute.mode,  # None given: the framework's (`resolve_recompute`)
             "flash_attention": flash_attention(o),

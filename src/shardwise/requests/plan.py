@@ -336,7 +336,7 @@ class PlanRequest:
         kernels = attention.changes(values, cluster.gpu, notes if fitted is None else None)  # what runs there
         me = replace(self, training=self.training.with_(precision=precision, **kernels))  # the GPU's 16 bits by default
         space = me.space(float(cluster.gpu.memory_bytes))
-        model = build.build_model(values)
+        model = build.build_model(values, max(self.tp or (min(cluster.gpus_per_node, cluster.num_gpus),)))
         if fitted is None:  # once, not again for each refit
             notes += build.model_notes(values)
         if not model.is_moe and any(e != 1 for e in self.ep or ()):  # the search has no ep axis for it

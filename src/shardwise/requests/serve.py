@@ -154,6 +154,14 @@ class ServeRequest:
     def targets(self) -> bool:
         return self.ttft_max is not None or self.tpot_max is not None
 
+    def _tp_max(self, cluster: Any) -> int:
+        """The largest tp the plans compared use (without --plan: a server's GPUs), which must split
+        the heads of a model made --hidden wide (`requests.model_shape`)."""
+        from shardwise.requests.serve_notes import serving_specs
+
+        tps = [cluster.num_gpus if s.tp == "all" else s.tp for s in serving_specs(self.plans)] if self.plans else []
+        return int(max(tps)) if tps else min(int(cluster.gpus_per_node), int(cluster.num_gpus))
+
     # --- the answer ----------------------------------------------------------------------------
     def setting(self) -> ServeSetting:
         """Model, cluster, plans, workload and traffic resolved and checked (no plan priced yet)."""
@@ -163,13 +171,13 @@ class ServeRequest:
 
         notes: list[str] = []
         options = self.target.values()
-        model = build_model(options)
-        notes += model_notes(options)
-        if model.is_hybrid:  # as `engines.serving.serving_scenario` says, once instead of per plan
-            raise SpecError(f"model {model.name!r}: serving a hybrid Mamba-2 model is not priced yet (training is)")
         cluster_options = {**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None}
         cal = load_calibration(options.get("calibration"))
         cluster = build_cluster(cluster_options, notes, cal)
+        model = build_model(options, self._tp_max(cluster))  # --hidden: the heads every plan's tp splits
+        notes[:0] = model_notes(options)
+        if model.is_hybrid:  # as `engines.serving.serving_scenario` says, once instead of per plan
+            raise SpecError(f"model {model.name!r}: serving a hybrid Mamba-2 model is not priced yet (training is)")
         if cal is not None:
             from shardwise.calibration.explain import untested_for_serving
 
@@ -283,24 +291,10 @@ class ServeRequest:
 
     def _checkpoint_weights(self, notes: list[str]) -> str | None:
         """The weights' storage the checkpoint --model loads states, where no --weight-precision is
-        given: a config.json's quantization_config (`hf_quant`), or a preset's `hf_weights` (the
-        checkpoint its hf_id names: DeepSeek-V3's and Kimi K2's FP8 blocks, gpt-oss's MXFP4 experts),
-        the default, said in a note; None otherwise (16 bits, the GPU's)."""
-        from shardwise.hf_quant import model_checkpoint
-        from shardwise.presets import is_hf_config
+        given (`requests.checkpoint_weights`, as crossover/sweep take it); None: 16 bits, the GPU's."""
+        from shardwise.requests.checkpoint_weights import checkpoint_weights
 
-        name = self.target.model
-        if self.weight_precision is not None or not name:
-            return None
-        found = model_checkpoint(name)
-        if found is None:
-            return None
-        if is_hf_config(name):
-            where = f"as {name}'s quantization_config states them ({found.words()})"
-        else:  # a preset (or a model file stating hf_weights): served as published, as a user expects
-            where = f"as {name}'s published checkpoint stores them (hf_weights)"
-        notes.append(f"weights {found.precision}: the checkpoint's, {where}; --weight-precision to price another")
-        return found.precision
+        return None if self.weight_precision is not None else checkpoint_weights(self.target.model, notes)
 
     def _stored_field(self) -> str:
         """Where the checkpoint's precision was read, as a refusal names it."""

@@ -84,6 +84,9 @@ class Experiment:
     # plan whose `recompute=` key and the request leave it open (`presets.stack_defaults.resolve_recompute`,
     # counted by `specs.stages.every_nth_whole`); 0: none
     recompute_every: int = 0
+    # --workload decode/prefill: the weights' storage of the model's checkpoint (`requests.checkpoint_weights`:
+    # DeepSeek-V3's fp8, gpt-oss's mxfp4), as `serve` prices it; None: the run's precision, as the KV cache's
+    serving_weights: str | None = None
     # `shardwise calibrate`'s fitted values (calibration.parameters), applied to every cluster
     calibration: tuple[tuple[str, float], ...] = ()
     # the 80% bands: one relative width (log space) for every plan, and where it comes from; None:
