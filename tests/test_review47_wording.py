@@ -38,7 +38,11 @@ def test_megatron_deepspeed_names_its_unfused_attention_and_hfu_counts_the_squar
         ([], None, "(nothing recomputed)"),  # the fused default: no attention words
         (["--recompute", "full"], None, "(counts recomputation)"),
         (["--framework", "torchtitan"], "attention: PyTorch SDPA's FlashAttention-2 (sdpa-flash2)", "(counts"),
-        (["--no-flash-attention"], "attention unfused: the s x s scores written (--flash-attention for a", "square"),
+        (
+            ["--no-flash-attention"],
+            "attention unfused: the s x s scores written (as --no-flash-attention asks)",
+            "square",
+        ),
     ],
 )
 def test_the_framework_line_names_a_kernel_other_than_the_fused_default(cli, extra, attention, hfu):

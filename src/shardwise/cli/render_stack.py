@@ -10,7 +10,7 @@ import numpy as np
 # the attention kernels a plan names (`Plan.attention_kernel`) other than "fused" (Transformer Engine /
 # cuDNN, the default), in words (`physics.attention_kernels`)
 KERNEL_WORDS = {
-    "flash2": "FlashAttention-2 (the flash-attn package)",
+    "flash2": "the flash-attn package's FlashAttention-2",
     "sdpa-flash2": "PyTorch SDPA's FlashAttention-2",
     "te-flash2": "Transformer Engine's FlashAttention-2 backend",
     "sdpa-mem-efficient": "PyTorch SDPA's memory-efficient kernel",
@@ -62,18 +62,23 @@ def attention_words(p: Any, gpu: Any) -> str:
     (review 47 #6: Megatron-DeepSpeed's default, most of its gap to Megatron-Core), ', attention:
     KERNEL' where a fused kernel other than the default one runs; "" for the default."""
     if not _on(p.flash_attention):
+        from shardwise import presets
         from shardwise.errors import SpecError
         from shardwise.presets.stack_defaults import builtin_of
 
         try:
-            stack = builtin_of(str(p.framework))
+            stack, fused = (
+                builtin_of(str(p.framework)),
+                presets.framework(str(p.framework)).get("flash_attention", True),
+            )
         except SpecError:  # a framework file no longer there: its own name
-            stack = str(p.framework)
-        hint = (
-            "no fused kernel before sm80"
-            if not bool(getattr(gpu, "flash_attention", True))
-            else UNFUSED_HINT.get(stack, "--flash-attention for a fused kernel")
-        )
+            stack, fused = str(p.framework), False
+        if not bool(getattr(gpu, "flash_attention", True)):
+            hint = "no fused kernel before sm80"
+        elif fused:  # the stack's default is fused: --no-flash-attention asked for this
+            hint = "as --no-flash-attention asks"
+        else:
+            hint = UNFUSED_HINT.get(stack, "--flash-attention for a fused kernel")
         return f", attention unfused: the s x s scores written ({hint})"
     kernel = str(p.attention_kernel)
     return f", attention: {KERNEL_WORDS[kernel]} ({kernel})" if kernel in KERNEL_WORDS else ""
