@@ -21,8 +21,9 @@ from shardwise.specs.experiment import Experiment
 
 BLOCK_POINTS = 2_000_000  # grid points per vectorized call
 # At most this many (grid point, link, plan) configurations per sweep held in memory: 8 s (plans
-# without a pipeline) to 3 min (with one) of one core (`sweep_cost`) and 0.5 GB of results; a larger grid is refused before any work, with the way to
-# shrink it, unless it is streamed to a file (`stream_sweep`, up to MAX_STREAMED).
+# without a pipeline) to 3 min (with one) of one core (`sweep_cost`) and 0.5 GB of results; a
+# larger grid is refused before any work, with the way to shrink it, unless it is streamed to a
+# file (`stream_sweep`, up to MAX_STREAMED).
 MAX_CONFIGURATIONS = 50_000_000
 # A streamed sweep writes each block and keeps only its totals: memory stays that of one block
 # (about 1 GB at BLOCK_POINTS), so the limit is time: 1e9 configurations of one plan without a
