@@ -9,7 +9,8 @@ yet there) in the link's own directory or below it: its target is replaced and t
 link that points elsewhere is refused, so that a planted link cannot redirect a write. A path that
 cannot be written is one `SpecError` line naming it, raised before any work when `check_writable`
 is called first. A file the running command read as an input (`files.watching_inputs`) is never
-written over.
+written over. Ctrl-C, SIGTERM and SIGHUP during a write unwind and remove the temporary file
+(`_unwinding`, `_signals_held`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -89,25 +91,77 @@ def _check_writable(p: Path) -> Path:
     return p
 
 
+# the signals that stop a run and are caught so that it unwinds (Ctrl-C, `kill`, a scheduler's time
+# limit, a closed terminal): held while the temporary file is created and while it is removed, so
+# that neither step is cut in half (review 47 #10)
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Defer STOP_SIGNALS to the end of the block (delivered then), where the OS can."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds: the temporary is removed (143 for SIGTERM, 129 for SIGHUP)
+
+
+@contextlib.contextmanager
+def _unwinding() -> Iterator[None]:
+    """While a file is written, SIGTERM and SIGHUP unwind (SystemExit, status 128 + the signal) where
+    nothing else handles them: Python's default would end the process at once and leave the
+    temporary file behind. A handler the program set (the command line's) is left as it is."""
+    import threading
+
+    caught = ("SIGTERM", "SIGHUP")
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {}
+    for name in caught:
+        sig = getattr(signal, name, None)
+        if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+            before[sig] = signal.signal(sig, _stop)
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[str]:
-    """Yield a temporary path to write; on success it replaces `path` (see the module docstring)."""
+    """Yield a temporary path to write; on success it replaces `path` (see the module docstring).
+    The temporary is named after the file (`g.partial-k2j3x9.csv` for `g.csv`), so that one left by
+    a kill no program can catch (SIGKILL, a power cut) says whose it is."""
     p = check_writable(path)
     target = p.resolve() if p.is_symlink() else p
     mode = (target.stat().st_mode & 0o7777) if target.exists() else (0o666 & ~_umask())
-    try:
-        fd, tmp = tempfile.mkstemp(suffix=p.suffix, dir=target.parent)
-    except OSError as exc:
-        raise SpecError(f"{p}: cannot write ({exc.strerror})") from None
-    os.close(fd)
-    try:
-        yield tmp
-        _check_writable(p)  # again: nothing took the name's place (a FIFO, a link) while we wrote
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except OSError as exc:
-        reason = "no space left on the device" if exc.errno == errno.ENOSPC else exc.strerror
-        raise SpecError(f"{p}: cannot write ({reason})") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    tmp = ""
+    with _unwinding():
+        try:
+            with _signals_held():  # a signal between creating the temporary and noting its name would leave it
+                try:
+                    fd, tmp = tempfile.mkstemp(prefix=f"{p.stem}.partial-", suffix=p.suffix, dir=target.parent)
+                except OSError as exc:
+                    raise SpecError(f"{p}: cannot write ({exc.strerror})") from None
+                os.close(fd)
+            yield tmp
+            _check_writable(p)  # again: nothing took the name's place (a FIFO, a link) while we wrote
+            os.chmod(tmp, mode)
+            os.replace(tmp, target)
+        except OSError as exc:
+            reason = "no space left on the device" if exc.errno == errno.ENOSPC else exc.strerror
+            raise SpecError(f"{p}: cannot write ({reason})") from None
+        finally:
+            with _signals_held():  # a second signal while unwinding does not stop the removal half-way
+                if tmp and os.path.exists(tmp):
+                    os.unlink(tmp)

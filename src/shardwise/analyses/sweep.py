@@ -20,12 +20,15 @@ from shardwise.calibration.spreads import Z80
 from shardwise.specs.experiment import Experiment
 
 BLOCK_POINTS = 2_000_000  # grid points per vectorized call
-# At most this many (grid point, link, plan) configurations per sweep held in memory: about 25 s
-# and 0.5 GB of results on one core; a larger grid is refused before any work, with the way to
-# shrink it, unless it is streamed to a file (`stream_sweep`, up to MAX_STREAMED).
+# At most this many (grid point, link, plan) configurations per sweep held in memory: 8 s (plans
+# without a pipeline) to 3 min (with one) of one core (`sweep_cost`) and 0.5 GB of results; a
+# larger grid is refused before any work, with the way to shrink it, unless it is streamed to a
+# file (`stream_sweep`, up to MAX_STREAMED).
 MAX_CONFIGURATIONS = 50_000_000
 # A streamed sweep writes each block and keeps only its totals: memory stays that of one block
-# (about 1 GB at BLOCK_POINTS), so the limit is time (about 2 minutes per 1e9 on one core).
+# (about 1 GB at BLOCK_POINTS), so the limit is time: 1e9 configurations of one plan without a
+# pipeline take about 1.4 h of one core to CSV and 17 min to Parquet, a pipelined plan an hour more
+# (`sweep_cost`, measured; review 47 #7: this said 2 minutes); the command asks --yes above 10 min.
 MAX_STREAMED = 1_000_000_000
 
 

@@ -6,10 +6,10 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from shardwise.cli.render_stack import attention_words, hfu_words, stack_flags
 from shardwise.engines.result import TrainingEstimate, tp_comm_name
 from shardwise.physics.params import total_params
 from shardwise.units import format_bytes, format_capacity, format_seconds, format_seconds_range
@@ -184,7 +184,7 @@ def describe_scenario(est: TrainingEstimate, recompute_from: str = "") -> list[s
         + (f", packed documents of {p.packed_document_len} tokens" if int(p.packed_document_len) > 0 else "")
         + (f", {p.pipeline_flushes} pipeline flushes" if int(p.pipeline_flushes) > 1 else "")
         + (f", layers per stage {split}" if split else ""),
-        f"framework: {p.framework} ({_flags(p)})"
+        f"framework: {p.framework} ({stack_flags(p)}){attention_words(p, c.gpu)}"
         + (f", memory as {p.memory_stack}'s" if p.memory_stack and p.memory_stack != p.framework else ""),
     ]
 
@@ -239,34 +239,6 @@ def _whole(p: Any, layers: int) -> str:
     return f" (+ the first {n} layer(s) of each {where} recomputed whole)"
 
 
-def _flags(p: Any) -> str:
-    """The execution flags that are on, short."""
-    names = {
-        "async_tp_grad": "async TP grads",
-        "tp_comm_overlap": "TP comm overlap",
-        "overlap_grad_reduce": "overlapped grad reduce",
-        "overlap_param_gather": "overlapped param gather",
-        "grad_accumulation_fusion": "fused grad accumulation",
-        "overlap_p2p": "overlapped p2p",
-        "pipeline_sync": "p2p sync",
-        "scatter_gather": "scatter/gather",
-        "grad_reduce_bf16": "bf16 grad reduce",
-        "zero1_grad_all_reduce": "ZeRO-1 grads all-reduced after backward",
-        "scan_unpipelined": "XLA scan collectives unpipelined",
-        "functional_a2a": "functional expert all-to-alls (saved by per-op AC)",
-        "expandable_segments": "expandable segments",
-        "partition_activations": "partitioned checkpoints",
-        "hf_gpt2_ops": "transformers 4.12 eager GPT-2 ops",
-        "cublas_before_11": "cuBLAS < 11 (unaligned GEMMs on CUDA cores)",
-    }
-    on = [label for k, label in names.items() if bool(np.all(np.asarray(getattr(p, k))))]
-    if bool(np.all(np.asarray(p.tp_comm_overlap))) and not bool(np.all(np.asarray(p.sequence_parallel))):
-        on.remove("TP comm overlap")  # userbuffers need sequence parallelism
-    if "ZeRO-1 grads all-reduced after backward" in on and not bool(np.all(np.asarray(p.zero_stage) == 1)):
-        on.remove("ZeRO-1 grads all-reduced after backward")  # a ZeRO-1 path only
-    return ", ".join(on) or "no overlaps"
-
-
 def interval_words(low: float, high: float, centre: float, basis: str) -> str:
     """'80% interval -9%/+10%, BASIS': the interval's ends as shares of the prediction, then where
     its width comes from."""
@@ -309,7 +281,7 @@ def print_estimate(
     )
     head.add_row(
         "hardware TFLOP/s per GPU",
-        f"{_f(est.hardware_tflops_per_gpu):.1f}   HFU {_f(est.hfu):.1%}  (recomputation counted)",
+        f"{_f(est.hardware_tflops_per_gpu):.1f}   HFU {_f(est.hfu):.1%}  ({hfu_words(est)})",
     )
     if (
         est.scenario.cluster.gpu.peak_flops_per_s(est.scenario.plan.precision)

@@ -16,6 +16,8 @@ OUTPUT_FORMATS = (".csv", ".parquet")
 
 PROGRESS_MIN_POINTS = 500_000  # show a progress bar from this many configurations
 PROGRESS_MIN_ROWS = 200_000  # ... and while writing a CSV of this many rows
+ESTIMATE_FROM_S = 10.0  # a streamed sweep estimated at this long or longer says so first (stderr)
+PROGRESS_LINE_S = 30.0  # ... and, where no bar is drawn (stderr piped), a progress line this often
 
 
 @click.command()
@@ -47,7 +49,13 @@ PROGRESS_MIN_ROWS = 200_000  # ... and while writing a CSV of this many rows
     is_flag=True,
     help="With -o: also each plan's time per term (TERM_s[PLAN] columns: compute, tp_comm, pp_bubble, ...).",
 )
-@click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
+@click.option("--no-progress", is_flag=True, help="Never show a progress bar (nor, piped, the periodic progress line).")
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Run a sweep to -o FILE estimated at over 10 minutes (refused without it; the estimate is printed "
+    "on stderr before any sweep of 10 s or more).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a summary as JSON.")
 def sweep(
     varies: tuple[str, ...],
@@ -56,6 +64,7 @@ def sweep(
     no_plot: bool,
     breakdown: bool,
     no_progress: bool,
+    yes: bool,
     as_json: bool,
     **options: Any,
 ) -> None:
@@ -87,6 +96,7 @@ def sweep(
     if as_json and output_path == STDOUT:
         raise SpecError("give --json or -o -, not both (both print)")
     from shardwise.analyses.sweep import MAX_STREAMED
+    from shardwise.cli.render import progress_console
 
     built = request.experiment.build()  # the grid's size before anything is evaluated
     total_configs = request.configurations(built.experiment)
@@ -94,7 +104,9 @@ def sweep(
     if output_path == STDOUT:  # CSV rows on stdout: no progress bar or summary among them
         show_progress = False
     if output_path is not None and map_path is None:  # rows go to the file block by block
-        answer = _stream(request, built, output_path, total_configs, show_progress)
+        estimate_s = _estimate(request, built.experiment, output_path, total_configs, yes)
+        lines = not no_progress and estimate_s >= ESTIMATE_FROM_S and not progress_console().is_terminal
+        answer = _stream(request, built, output_path, total_configs, show_progress, lines)
     else:
         hint = f"; or give -o FILE without --plot: a file takes up to {MAX_STREAMED:,}"
         if show_progress:
@@ -122,16 +134,76 @@ def sweep(
     _print(summary, output_path, map_path)
 
 
-def _stream(request: Any, built: Any, path: str, total: int, show_progress: bool) -> Any:
+def _estimate(request: Any, exp: Any, path: str, total: int, yes: bool) -> float:
+    """The streamed sweep's estimated seconds (`analyses.sweep_cost`), said on stderr from
+    ESTIMATE_FROM_S; above `REFUSE_ABOVE_S` refused in one line unless --yes."""
+    from pathlib import Path
+
+    from shardwise.analyses import sweep_cost
+    from shardwise.analyses.sweep import MAX_STREAMED, check_size
+    from shardwise.errors import SpecError
+
+    check_size(total, limit=MAX_STREAMED)  # too large even with --yes: said first
+
+    fmt = ".csv" if path == STDOUT else Path(path).suffix.lower()
+    rows = total // max(1, len(exp.plans))
+    seconds = sweep_cost.sweep_seconds(rows, len(request.grid()), exp.plans, fmt, request.breakdown)
+    about = f"about {sweep_cost.duration_words(seconds)} of one free core"
+    if seconds > sweep_cost.REFUSE_ABOVE_S and not yes:
+        faster = ""
+        if fmt == ".csv":
+            quicker = sweep_cost.sweep_seconds(rows, len(request.grid()), exp.plans, ".parquet", request.breakdown)
+            faster = f", and -o FILE.parquet about {sweep_cost.duration_words(quicker)}"
+        raise SpecError(
+            f"--yes: this sweep writes {total:,} configurations to {path}, {about} (over "
+            f"{sweep_cost.REFUSE_ABOVE_S / 60:.0f} min); give --yes to run it (fewer values, plans or links take "
+            f"less{faster})"
+        )
+    if seconds >= ESTIMATE_FROM_S:
+        click.echo(
+            f"sweep: {total:,} configurations to {path}, {about} (estimate; a busy machine takes longer)", err=True
+        )
+    return seconds
+
+
+def _stream(request: Any, built: Any, path: str, total: int, show_progress: bool, lines: bool = False) -> Any:
     """The sweep written to `path` as it is evaluated (`SweepRequest.stream`): memory stays that
-    of one block, whatever the grid. A plan invalid everywhere leaves no file."""
+    of one block, whatever the grid. A plan invalid everywhere leaves no file. `lines`: a progress
+    line on stderr every PROGRESS_LINE_S where no bar is drawn (stderr not a terminal)."""
     from shardwise.cli.render import progress_bar
 
     with (
         _writer(path) as write,
         progress_bar(total, f"evaluating, writing {path}", disable=not show_progress) as advance,
     ):
-        return request.stream(write, progress=advance, built=built)
+        return request.stream(write, progress=_with_lines(advance, total) if lines else advance, built=built)
+
+
+def _with_lines(advance: Any, total: int) -> Any:
+    """`advance`, and a line on stderr when PROGRESS_LINE_S have passed since the last one:
+    'sweep: 12,000,000 of 64,000,000 configurations (19%) in 2 min; about 9 min left'."""
+    import time
+
+    from shardwise.analyses.sweep_cost import duration_words
+
+    start = last = time.monotonic()
+    done = 0
+
+    def step(n: int = 1) -> None:
+        nonlocal done, last
+        advance(n)
+        done += n
+        now = time.monotonic()
+        if now - last >= PROGRESS_LINE_S and done < total:
+            last, spent = now, now - start
+            left = spent * (total - done) / max(done, 1)
+            click.echo(
+                f"sweep: {done:,} of {total:,} configurations ({done / total:.0%}) in {duration_words(spent)}; "
+                f"about {duration_words(left)} left",
+                err=True,
+            )
+
+    return step
 
 
 def _writer(path: str) -> Any:

@@ -161,7 +161,8 @@ class TrainingEstimate:
 
     @property
     def hfu(self) -> Number:
-        """Hardware FLOPs utilisation (recomputation counted)."""
+        """Hardware FLOPs utilisation: the FLOPs run (`executed_flops_per_step`: recomputation, and the
+        whole s x s attention square under an unfused kernel) over the precision's dense peak."""
         peak = self.scenario.cluster.gpu.peak_flops_per_s(self.scenario.plan.precision)
         return self._per_gpu(self.executed_flops_per_step) / peak
 

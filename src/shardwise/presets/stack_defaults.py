@@ -157,7 +157,19 @@ def builtin_of(name: str) -> str:
     return str(presets._checked_framework(name).get("like", name))
 
 
-def not_in_stack(name: str, plan: Any, *, searched: bool = False, shown_as: str = "") -> str:
+# how a note on the preset's default ZeRO-2/3 under DeepSpeed's PipelineEngine ends (`not_in_stack`)
+ZERO1_HINT = " (--zero 1 prices what runs)"
+
+
+def pipe_engine_zero(name: str, plan: Any) -> bool:
+    """Whether `plan` runs ZeRO-2/3 under DeepSpeed's PipelineEngine (pp > 1, data-parallel ranks that
+    shard), which asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+    (deepspeedai/DeepSpeed deepspeed/runtime/pipe/engine.py, PipelineEngine.__init__)."""
+    sharded = int(plan.dp) * int(plan.cp) > 1
+    return builtin_of(name) in PIPE_ENGINE_STACKS and int(plan.pp) > 1 and int(plan.zero_stage) >= 2 and sharded
+
+
+def not_in_stack(name: str, plan: Any, *, searched: bool = False, shown_as: str = "", zero_asked: bool = True) -> str:
     """What of `plan` the stack `name` does not implement, in words ("" for nothing): the
     model-parallel axes its preset's `model_parallel` leaves out, a ZeRO stage outside its
     `zero_stages`, a pipeline schedule outside its `schedules` under a pipeline. A request's note
@@ -166,7 +178,8 @@ def not_in_stack(name: str, plan: Any, *, searched: bool = False, shown_as: str 
     engine; the planner's reason why its search left a plan out (`searched` True) names what the
     stack runs ("... only"), for every ZeRO stage outside it (the search's own limit on ZeRO with a
     pipeline, `--zero-with-pp`, is the planner's). `shown_as`: the stack's name in the words where
-    `name` is a framework file's path (its `Plan.framework`)."""
+    `name` is a framework file's path (its `Plan.framework`). `zero_asked` False: the ZeRO stage is the
+    preset's default, not a --zero the user gave, and the words say so (review 47 #9)."""
     from shardwise.specs import Schedule
 
     shown = shown_as or name
@@ -180,8 +193,11 @@ def not_in_stack(name: str, plan: Any, *, searched: bool = False, shown_as: str 
     if stages is not None and zero not in stages and sharded:
         listed = ", ".join(str(z) for z in stages)
         return f"{shown} implements ZeRO {listed}" + (" only" if searched else f", not ZeRO-{zero}")
-    if not searched and builtin_of(name) in PIPE_ENGINE_STACKS and pp > 1 and zero >= 2 and sharded:
-        return f"{shown}'s pipeline engine allows ZeRO-1 at most (DeepSpeed's PipelineEngine asserts), not ZeRO-{zero}"
+    if not searched and pipe_engine_zero(name, plan):
+        engine = f"{shown}'s pipeline engine allows ZeRO-1 at most (DeepSpeed's PipelineEngine asserts)"
+        if not zero_asked:
+            return f"{engine}, not the preset's default ZeRO-{zero}; priced at ZeRO-{zero}{ZERO1_HINT}"
+        return f"{engine}, not ZeRO-{zero}"
     label = Schedule(int(plan.schedule)).label
     if schedules is not None and pp > 1 and label not in schedules:
         listed = ", ".join(schedules)

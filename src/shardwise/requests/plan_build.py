@@ -172,9 +172,11 @@ def stack_default_notes(o: dict[str, Any], plan: Any) -> list[str]:
                 f"{plan.framework}'s default recomputes one layer in {every} whole, not priced here (a mixture of "
                 f"experts, or fewer than {every} layers a chunk): priced without recomputation (give --recompute)"
             )
-    missing = not_in_stack(stack, plan, shown_as=str(plan.framework))
-    if missing:
-        out.append(f"{missing}; priced as asked")
+    from shardwise.presets.stack_defaults import ZERO1_HINT
+
+    missing = not_in_stack(stack, plan, shown_as=str(plan.framework), zero_asked=o.get("zero") is not None)
+    if missing:  # the preset's own ZeRO stage under a pipeline engine: its words say how it is priced
+        out.append(missing if missing.endswith(ZERO1_HINT) else f"{missing}; priced as asked")
     return out
 
 

@@ -77,7 +77,7 @@ class PlanResult:
             **self.stack_fields(),  # the framework searched under, and whether the recompute was searched
             "evaluated": result.evaluated,
             "dropped_for_memory": result.dropped_for_memory,
-            "seconds": result.seconds,
+            "search_time_s": result.seconds,  # the search's wall time (review 47 #11: was `seconds`)
             "plans": [{**r, "memory_bytes": export.whole_bytes_parts(r["memory_bytes"])} for r in self.rows],
             "interval": {"level": 0.8, "basis": self.interval_basis},
             "why": [{**asdict(a), "text": describe(a)} for a in self.why],
@@ -117,6 +117,7 @@ class PlanResult:
         fastest `top` with their closed-form step time and memory, and which are faster than the best plan
         (`faster_than_best`, `faster_count`: the ones the text lists; review 42 F9)."""
         from shardwise.analyses.plan_headroom import within_headroom
+        from shardwise.units import whole_bytes
 
         held = within_headroom(self.search)
         best = float(self.rows[0]["step_time_s"]) if self.rows else float("-inf")
@@ -124,7 +125,7 @@ class PlanResult:
             {
                 "plan": self._label(int(i)),
                 "step_time_s": float(t),
-                "memory_bytes": float(m),
+                "memory_bytes": whole_bytes(float(m)),  # whole bytes, as every other memory_bytes
                 "faster_than_best": bool(t < best),
             }
             for i, t, m in zip(held.indices[:top], held.step_time_s[:top], held.memory_bytes[:top], strict=True)
