@@ -74,7 +74,7 @@ def test_ampere_vllm_prefill_at_flashattention2s_a100_speed():
 
 def test_refusals_in_one_line():
     b200, h100 = presets.gpu("b200-sxm-180gb"), presets.gpu("h100-sxm5-80gb")
-    with pytest.raises(SpecError, match="flash3 cannot run here: .*sm_90a"):
+    with pytest.raises(SpecError, match=r"flash3 cannot run here: .*sm_90a"):
         serving_attention("vllm", b200, "flash3")
     with pytest.raises(SpecError, match="runs its own attention kernels"):
         serving_attention("tensorrt-llm", h100, "flash3")
@@ -98,3 +98,21 @@ def test_serve_takes_attention_kernel(cli):
     assert code == 2 and "flash3 cannot run here" in err and len(err.strip().splitlines()) == 1, err
     code, _, err = cli([*argv, "--framework", "vllm", "--attention-kernel", "flash2", "--emit", "vllm"])
     assert code == 2 and "the --emit vllm server runs vllm's own (flash3 here)" in err, err
+
+
+def test_latent_attention_absorbed_head_dim_runs_on_flashattention3():
+    """DeepSeek's absorbed MLA key (576 = 64 rotary + 512 latent) is FA3's hdim-64 + qv-512 path on
+    Hopper, as SGLang's fa3 backend runs it: priced, not refused; FA4 on sm100 has no such path."""
+    from shardwise.physics import attention_flash34 as fa34
+
+    h200, b200 = presets.gpu("h200-sxm-141gb"), presets.gpu("b200-sxm-180gb")
+    assert fa34.head_dim_refusal(h200, "flash3", 576) == ""
+    assert "576" in fa34.head_dim_refusal(b200, "flash4", 576)
+    assert "320" in fa34.head_dim_refusal(h200, "flash3", 320)
+
+
+def test_serve_deepseek_on_hopper_under_sglang(cli):
+    code, out, err = cli(
+        ["serve", "--model", "deepseek-v3", "--system", "dgx-h200", "--plan", "tp=8", "--framework", "sglang"]
+    )
+    assert code == 0 and "attention flash3" in out, err

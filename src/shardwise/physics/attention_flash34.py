@@ -214,6 +214,13 @@ def alternatives(gpu: Gpu) -> tuple[str, ...]:
     return AMD_KERNELS if cuda_arch(gpu) == 0 else NVIDIA_KERNELS
 
 
+# Latent attention (DeepSeek's MLA) served absorbed scores a 576-wide key: a 64-wide rotary part
+# and the 512-wide latent. FlashAttention-3's Hopper kernels take it as head dimension 64 with a
+# 512-wide `qv` (hopper/instantiations flash_fwd_hdim64_512_*, `flash_attn_with_kvcache(qv=...)`),
+# the path SGLang's fa3 backend runs DeepSeek through on Hopper: accepted there, priced at 256's factors.
+MLA_ABSORBED_HEAD_DIM = 576
+
+
 def head_dim_refusal(gpu: Gpu, kernel: str, head_dim: Number) -> str:
     """Why `kernel` rejects `head_dim` on `gpu` in one clause (empty: it takes it, or it is unknown, 0):
     the kernels' own lists (module docstring)."""
@@ -225,8 +232,8 @@ def head_dim_refusal(gpu: Gpu, kernel: str, head_dim: Number) -> str:
     if kernel == "flash4" and arch == 100:
         ok = (d % 8 == 0) & (((d >= 8) & (d <= 128)) | (d == 192) | (d == 256))
         allowed = "8-128 in steps of 8, 192 (with a 128 value head) or 256 on sm100 (flash_attn/cute/interface.py)"
-    else:
-        ok = (d % 8 == 0) & (d >= 8) & (d <= 256)
+    else:  # and latent attention's absorbed 576 (a 64-wide q/k with a 512-wide qv; MLA_ABSORBED_HEAD_DIM)
+        ok = ((d % 8 == 0) & (d >= 8) & (d <= 256)) | ((d == MLA_ABSORBED_HEAD_DIM) & (arch == 90))
         allowed = "8-256 in steps of 8 (hopper/flash_api.cpp, flash_attn/cute/interface.py)"
     if bool(np.all(ok)):
         return ""
