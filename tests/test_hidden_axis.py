@@ -138,3 +138,14 @@ def test_serve_and_plan_take_the_same_shape_for_hidden():
     req = ServeRequest(TrainingRequest(model="llama3.1-8b", system="dgx-h100", hidden=8192), plans=("tp=8",))
     model = req.setting().model
     assert (model.heads, model.kv_heads, model.ffn_hidden) == (64, 16, 28672)
+
+
+def test_a_width_no_tp_split_fits_is_still_a_valid_model():
+    """review 49 #4: llama3-8b at hidden 5000 with tp 8 compared was 39 query heads over 9 KV heads (no
+    model); now the multiple of its 4 query heads per KV head nearest 5000 / 128 that divides 5000,
+    40 heads of 125 over 10 KV heads, which the tp 8 plan then refuses in its own line."""
+    from shardwise import presets
+    from shardwise.analyses.evaluate import shape_for_hidden
+
+    shape = {k: int(v) for k, v in shape_for_hidden(presets.model("llama3-8b"), 5000, 8).items()}
+    assert shape["heads"] == 40 and shape["kv_heads"] == 10 and 5000 % shape["heads"] == 0

@@ -55,6 +55,18 @@ def test_the_framework_line_names_a_kernel_other_than_the_fused_default(cli, ext
         assert attention in framework
 
 
+def test_the_framework_line_names_flashattention3_and_an_fp16_grad_reduce(cli):
+    """review 49 #5 and #8: a FlashAttention-3 run read like the default; an fp16 run's 16-bit gradient
+    reduction was called bf16."""
+    code, out, _ = cli(["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "64",
+                        "--framework", "torchtitan", "--attention-kernel", "flash3"])  # fmt: skip
+    assert code == 0 and "attention: FlashAttention-3 (flash3)" in _header(out)
+    code, out, _ = cli(["predict", "--model", "llama3-8b", "--system", "dgx-1-v100", "--num-gpus", "8",
+                        "--global-batch", "64", "--framework", "deepspeed"])  # fmt: skip
+    framework = _header(out)[: _header(out).index("step time")]
+    assert code == 0 and "fp16 grad reduce" in framework and "bf16 grad reduce" not in framework
+
+
 # #9 ------------------------------------------------------------------------------------------------
 
 

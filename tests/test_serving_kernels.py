@@ -116,3 +116,15 @@ def test_serve_deepseek_on_hopper_under_sglang(cli):
         ["serve", "--model", "deepseek-v3", "--system", "dgx-h200", "--plan", "tp=8", "--framework", "sglang"]
     )
     assert code == 0 and "attention flash3" in out, err
+
+
+def test_flashattention3_and_4_asked_on_ampere_serve_as_flashattention2(cli):
+    """Serving runs the forward only: FA3's sm80 build and FA4's sm80 forward are FlashAttention-2's
+    design, so either is priced as flash2 with a note, not refused for a training reason."""
+    argv = ["serve", "--model", "llama3-8b", "--system", "dgx-a100", "--num-gpus", "1", "--plan", "tp=1"]
+    argv += ["--framework", "vllm", "--input-len", "8000", "--json"]
+    runs = {k: cli([*argv, "--attention-kernel", k]) for k in ("flash2", "flash3", "flash4")}
+    assert all(code == 0 for code, _, _ in runs.values()), runs
+    ttft = {k: json.loads(out)["plans"][0]["ttft_s"] for k, (_, out, _) in runs.items()}
+    assert ttft["flash3"] == ttft["flash4"] == ttft["flash2"]
+    assert any("priced as flash2" in n for n in json.loads(runs["flash4"][1])["notes"])

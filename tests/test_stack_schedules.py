@@ -42,3 +42,12 @@ def test_predict_notes_a_pipeline_under_fsdp1():
     out = CliRunner().invoke(main, [*args, "--framework", "fsdp", "--pp", "2"])
     assert out.exit_code == 0, out.output
     assert "fsdp runs no pipeline parallelism (pp=2)" in out.stderr
+
+
+def test_predict_names_every_gap_of_the_stack_not_only_the_first(cli):
+    """review 49 #6: DeepSpeed with --pp 2 --schedule zb-h1 said only that its pipeline engine takes
+    ZeRO-1 at most; that it runs 1F1B alone was left out."""
+    code, out, err = cli(["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "2", "--pp", "2",
+                          "--global-batch", "64", "--framework", "deepspeed", "--schedule", "zb-h1"])  # fmt: skip
+    text = " ".join((out + err).split())
+    assert code == 0 and "allows ZeRO-1 at most" in text and "not zb-h1" in text, text

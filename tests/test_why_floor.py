@@ -31,3 +31,17 @@ def test_compare_says_no_measurable_difference_below_the_floor():
     a = estimate_training_step(Scenario(model, cluster, Plan(tp=8, pp=1, dp=1, global_batch=8)))
     assert compare(a, a, 1e15) == SAME_COST
     assert 0 < SAME < 1e-3
+
+
+def test_a_step_that_moves_with_no_part_worth_naming_is_not_called_the_same():
+    """review 49 #7: "interleaved, v=16: 0.1% better ...: no measurable difference" contradicted itself;
+    a step that moves by the floor while no one part does is said to move across several parts."""
+    from shardwise.analyses.plan_explain import SPREAD_COST
+
+    args = ["plan", "--model", "llama3-70b", "--system", "dgx-h100", "--num-gpus", "64", "--global-batch", "512"]
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    start = text.index("interleaved, v=16: ")
+    line = text[start : text.index(" - ", start)]
+    assert "better" in line and SAME_COST not in line and SPREAD_COST in line

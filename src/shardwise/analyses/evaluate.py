@@ -235,7 +235,8 @@ def heads_for_hidden(hidden: Any, tp_max: Any, head_width: float = 128, group: i
     compare the same model. Where that count does not divide the width or TP cannot split it
     (hidden 2560 at tp 8: 20 heads of 128), the multiple of tp_max x group nearest it that divides
     the width (16 heads of 160), so every width tp_max divides is a model every plan can run;
-    where the first rule works it stands."""
+    where none does, the multiple of `group` nearest it that divides the width (a valid model that
+    tp_max's plans refuse); where the first rule works it stands."""
     h = np.asarray(hidden)
     step = int(np.max(tp_max)) * int(group)
     heads = np.maximum(np.floor(h / head_width + 1e-9), step).astype(h.dtype if h.dtype.kind == "f" else int)
@@ -248,7 +249,13 @@ def heads_for_hidden(hidden: Any, tp_max: Any, head_width: float = 128, group: i
     m = np.maximum(np.round(widths / (head_width * step)), 1)[:, None] + offsets
     fits = (m >= 1) & (widths[:, None] % np.maximum(m * step, 1) == 0)
     first = m[np.arange(len(widths)), np.argmax(fits, axis=1)] * step  # the first that fits, where one does
-    chosen = np.where(fits.any(axis=1), first, np.maximum(np.floor(widths / head_width), step)).astype(heads.dtype)
+    # none that tp_max splits (hidden 5000 at tp 8, a Llama's 4 query heads per KV head): a model that
+    # exists all the same, the multiple of `group` nearest the head-width count that divides the width
+    # (40 heads of 125, 10 KV heads), which tp_max's plans then refuse in their own line (review 49 #4)
+    g = np.maximum(np.round(widths / (head_width * group)), 1)[:, None] + offsets
+    fits_g = (g >= 1) & (widths[:, None] % np.maximum(g * group, 1) == 0)
+    valid = np.where(fits_g.any(axis=1), g[np.arange(len(widths)), np.argmax(fits_g, axis=1)] * group, widths)
+    chosen = np.where(fits.any(axis=1), first, valid).astype(heads.dtype)
     out = heads.copy()
     if h.ndim:
         out[bad] = chosen[back]

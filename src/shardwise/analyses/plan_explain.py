@@ -60,6 +60,7 @@ def _gb(x: float) -> str:
 
 SIGNIFICANT = 0.15  # a part is named when it moves by this share of all the parts' movement
 SAME_COST = "no measurable difference"  # `compare` where no part moves by SAME of the step
+SPREAD_COST = "spread over several parts, none alone worth naming"  # the step moves, no one part does
 
 
 def _part_change(name: str, delta_s: float, base_s: float) -> str:
@@ -111,7 +112,10 @@ def compare(
     gpus = int(np.asarray(other.scenario.plan.num_gpus))
     if gpus != int(np.asarray(best.scenario.plan.num_gpus)):
         notes.append(f"on {gpus} GPUs")
-    return "; ".join(notes) or SAME_COST
+    if notes:
+        return "; ".join(notes)
+    total_s = abs(float(np.asarray(other.step_time_s)) - float(np.asarray(best.step_time_s)))
+    return SAME_COST if total_s < floor_s else SPREAD_COST
 
 
 def _seconds(s: float) -> str:

@@ -14,6 +14,8 @@ KERNEL_WORDS = {
     "sdpa-flash2": "PyTorch SDPA's FlashAttention-2",
     "te-flash2": "Transformer Engine's FlashAttention-2 backend",
     "sdpa-mem-efficient": "PyTorch SDPA's memory-efficient kernel",
+    "flash3": "FlashAttention-3",
+    "flash4": "FlashAttention-4",
 }
 # how a run of a stack whose preset leaves fused attention off turns it on: Megatron-DeepSpeed's
 # --use-flash-attn-v1/-v2/-triton are opt-in (megatron/arguments.py, all store_true), -v2 the one
@@ -52,6 +54,8 @@ def stack_flags(p: Any) -> str:
     on = [label for k, label in names.items() if _on(getattr(p, k))]
     if bool(np.all(np.asarray(p.tp_comm_overlap))) and not bool(np.all(np.asarray(p.sequence_parallel))):
         on.remove("TP comm overlap")  # userbuffers need sequence parallelism
+    if "bf16 grad reduce" in on and str(p.precision) == "fp16":  # the 16-bit parameter dtype: fp16 here
+        on[on.index("bf16 grad reduce")] = "fp16 grad reduce"
     if "ZeRO-1 grads all-reduced after backward" in on and not bool(np.all(np.asarray(p.zero_stage) == 1)):
         on.remove("ZeRO-1 grads all-reduced after backward")  # a ZeRO-1 path only
     return ", ".join(on) or "no overlaps"

@@ -142,7 +142,7 @@ def check_serving_kernel(engine: str, gpu: Any, kernel: str | None, emit: str | 
         raise SpecError(f"{flag}: gpu {gpu.name!r} runs no FlashAttention (it needs SM 8.0); drop --attention-kernel")
     from shardwise.physics.attention_flash34 import FLASH34_KERNELS, refusal
 
-    if kernel in FLASH34_KERNELS and (why := refusal(gpu, kernel)):
+    if kernel in FLASH34_KERNELS and not _as_flash2(gpu, kernel) and (why := refusal(gpu, kernel)):
         raise SpecError(f"{flag}: {why}; use --attention-kernel flash2 or fused")
     if emit is not None and kernel != (own := engine_kernel(engine, gpu)):
         raise SpecError(f"{flag}: the --emit {emit} server runs {engine}'s own ({own} here); drop one of them")
@@ -158,7 +158,7 @@ def serving_attention(engine: str, gpu: Any, kernel: str | None = None) -> dict[
         return dict(NO_FLASH[engine])
     if bool(getattr(gpu, "flash_attention", True)):
         fields: dict[str, Any] = {"flash_attention": True}
-        chosen = kernel or engine_kernel(engine, gpu)
+        chosen = "flash2" if kernel and _as_flash2(gpu, kernel) else (kernel or engine_kernel(engine, gpu))
         if chosen != "fused":  # gathered keys and values, no PyTorch ring bookkeeping (below)
             fields.update(attention_kernel=chosen, cp_comm="all_gather")
         return fields
@@ -168,8 +168,23 @@ def serving_attention(engine: str, gpu: Any, kernel: str | None = None) -> dict[
     return {**fields, "cp_comm": "all_gather"} if "attention_kernel" in fields else fields
 
 
-def serving_attention_note(engine: str, gpu: Any) -> str | None:
-    """A note where the engine's attention on `gpu` is not the fused kernel other GPUs run, else None."""
+def _as_flash2(gpu: Any, kernel: str) -> bool:
+    """FlashAttention-3/4 asked for on Ampere or Ada: serving runs the forward only, which both packages
+    run there as FlashAttention-2's design (FA3's sm80 build; FA4's sm80 forward, flash_attn/cute/
+    interface.py; vLLM's get_flash_attn_version takes FA2 off Hopper): priced as flash2, with a note."""
+    from shardwise.physics.attention_flash34 import FLASH34_KERNELS, cuda_arch
+
+    return kernel in FLASH34_KERNELS and cuda_arch(gpu) in (80, 89)
+
+
+def serving_attention_note(engine: str, gpu: Any, kernel: str | None = None) -> str | None:
+    """A note where the engine's attention on `gpu` is not the fused kernel other GPUs run, or where an
+    asked FlashAttention-3/4 runs FlashAttention-2's design (`_as_flash2`), else None."""
+    if kernel and _as_flash2(gpu, kernel):
+        return (
+            f"--attention-kernel {kernel} on {gpu.name} (sm80/sm89): the forward serving runs is FlashAttention-2's "
+            "design there (FA3's sm80 build, FA4's sm80 forward; vLLM takes FA2 off Hopper): priced as flash2"
+        )
     if engine in UNFUSED_EVERYWHERE and bool(getattr(gpu, "flash_attention", True)):
         return (
             f"{engine}'s context attention is {NO_FLASH_TEXT[engine]}, as its GPT layers run it unless "

@@ -184,25 +184,29 @@ def not_in_stack(name: str, plan: Any, *, searched: bool = False, shown_as: str 
 
     shown = shown_as or name
 
+    gaps: list[str] = []  # every one, in this order (review 49 #6: a ZeRO note hid the schedule's)
     axes = missing_axes(name, plan)
     if axes:
-        return f"{shown} runs no {axes}"
+        gaps.append(f"{shown} runs no {axes}")
     stages, schedules = framework_zero_stages(name), framework_schedules(name)
     zero, pp = int(plan.zero_stage), int(plan.pp)
     sharded = searched or int(plan.dp) * int(plan.cp) > 1
     if stages is not None and zero not in stages and sharded:
         listed = ", ".join(str(z) for z in stages)
-        return f"{shown} implements ZeRO {listed}" + (" only" if searched else f", not ZeRO-{zero}")
-    if not searched and pipe_engine_zero(name, plan):
+        gaps.append(f"{shown} implements ZeRO {listed}" + (" only" if searched else f", not ZeRO-{zero}"))
+    elif not searched and pipe_engine_zero(name, plan):
         engine = f"{shown}'s pipeline engine allows ZeRO-1 at most (DeepSpeed's PipelineEngine asserts)"
         if not zero_asked:
-            return f"{engine}, not the preset's default ZeRO-{zero}; priced at ZeRO-{zero}{ZERO1_HINT}"
-        return f"{engine}, not ZeRO-{zero}"
+            gaps.append(f"{engine}, not the preset's default ZeRO-{zero}; priced at ZeRO-{zero}{ZERO1_HINT}")
+        else:
+            gaps.append(f"{engine}, not ZeRO-{zero}")
     label = Schedule(int(plan.schedule)).label
     if schedules is not None and pp > 1 and label not in schedules:
         listed = ", ".join(schedules)
-        return f"{shown} runs the {listed} " + ("schedules only" if searched else f"pipeline schedules, not {label}")
-    return ""
+        gaps.append(
+            f"{shown} runs the {listed} " + ("schedules only" if searched else f"pipeline schedules, not {label}")
+        )
+    return "; ".join(gaps)
 
 
 def framework_schedule(name: str) -> str | None:

@@ -269,7 +269,7 @@ class ServeRequest:
                 raise SpecError(f"{exc} with --weight-precision (a checkpoint stored so)") from None
         check_kv_format(self.framework, cluster.gpu, workload.kv_precision, "--kv-precision", model)
         check_serving_kernel(self.framework, cluster.gpu, self.attention_kernel, self.emit)  # `engine_attention`
-        if (attention := serving_attention_note(self.framework, cluster.gpu)) is not None:
+        if (attention := serving_attention_note(self.framework, cluster.gpu, self.attention_kernel)) is not None:
             notes.append(attention)
         mix = request_mix(self.lengths)
         if mix is None and (total := workload.input_len + workload.output_len) > model.serving_context:
