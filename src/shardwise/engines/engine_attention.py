@@ -168,23 +168,20 @@ def serving_attention(engine: str, gpu: Any, kernel: str | None = None) -> dict[
     return {**fields, "cp_comm": "all_gather"} if "attention_kernel" in fields else fields
 
 
-def _as_flash2(gpu: Any, kernel: str) -> bool:
-    """FlashAttention-3/4 asked for on Ampere or Ada: serving runs the forward only, which both packages
-    run there as FlashAttention-2's design (FA3's sm80 build; FA4's sm80 forward, flash_attn/cute/
-    interface.py; vLLM's get_flash_attn_version takes FA2 off Hopper): priced as flash2, with a note."""
-    from shardwise.physics.attention_flash34 import FLASH34_KERNELS, cuda_arch
+def _as_flash2(gpu: Any, kernel: str) -> str:
+    """Why an asked FlashAttention-3/4 runs FlashAttention-2's design on `gpu` in serving, which runs the
+    forward only (`physics.attention_flash34.as_flash2`; vLLM's get_flash_attn_version takes FA2 off
+    Hopper): priced as flash2, with a note. Empty: it does not."""
+    from shardwise.physics.attention_flash34 import FLASH34_KERNELS, as_flash2
 
-    return kernel in FLASH34_KERNELS and cuda_arch(gpu) in (80, 89)
+    return as_flash2(gpu, kernel, forward_only=True) if kernel in FLASH34_KERNELS else ""
 
 
 def serving_attention_note(engine: str, gpu: Any, kernel: str | None = None) -> str | None:
     """A note where the engine's attention on `gpu` is not the fused kernel other GPUs run, or where an
     asked FlashAttention-3/4 runs FlashAttention-2's design (`_as_flash2`), else None."""
-    if kernel and _as_flash2(gpu, kernel):
-        return (
-            f"--attention-kernel {kernel} on {gpu.name} (sm80/sm89): the forward serving runs is FlashAttention-2's "
-            "design there (FA3's sm80 build, FA4's sm80 forward; vLLM takes FA2 off Hopper): priced as flash2"
-        )
+    if kernel and (why := _as_flash2(gpu, kernel)):
+        return f"--attention-kernel {kernel} on {gpu.name}: {why}; priced as flash2"
     if engine in UNFUSED_EVERYWHERE and bool(getattr(gpu, "flash_attention", True)):
         return (
             f"{engine}'s context attention is {NO_FLASH_TEXT[engine]}, as its GPT layers run it unless "

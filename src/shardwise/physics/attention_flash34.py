@@ -160,10 +160,13 @@ def profile(gpu: Gpu, kernel: str) -> FlashProfile | None:
     return PROFILES[kernel].get(cuda_arch(gpu)) if kernel in PROFILES else None
 
 
-def as_flash2(gpu: Gpu, kernel: str, framework: str = "") -> str:
+def as_flash2(gpu: Gpu, kernel: str, framework: str = "", forward_only: bool = False) -> str:
     """Why `kernel` runs FlashAttention-2's code on `gpu` under `framework` and is priced as "flash2" (a
-    note's clause; empty: it does not)."""
+    note's clause; empty: it does not). `forward_only` (serving): FlashAttention-4's sm80 forward, which
+    training cannot use (`refusal`), runs there too."""
     arch = cuda_arch(gpu)
+    if forward_only and kernel == "flash4" and arch in (80, 89):
+        return "flash-attn-4's sm80 forward is FlashAttention-2's design (flash_attn/cute/interface.py)"
     if kernel == "flash4" and arch == 120:
         return (
             "flash-attn-4 runs its sm120 kernels there (flash_fwd_sm120.py, flash_bwd_sm120.py: FlashAttention-2's "
