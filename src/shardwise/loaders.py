@@ -78,6 +78,7 @@ _GPU_FIELDS = {
     "peak_16bit": ("peak_flops_per_s_16bit", units.parse_flops_per_s),
     "peak_fp8": ("peak_flops_per_s_fp8", units.parse_flops_per_s),
     "peak_fp4": ("peak_flops_per_s_fp4", units.parse_flops_per_s),
+    "peak_int8": ("peak_ops_per_s_int8", units.parse_flops_per_s),
     "memory": ("memory_bytes", units.parse_bytes),
     "memory_bandwidth": ("memory_bandwidth_bytes_per_s", units.parse_rate_bytes_per_s),
     "matmul_efficiency": ("matmul_efficiency", real),

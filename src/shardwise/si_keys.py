@@ -17,6 +17,7 @@ SI_NAMES = {
     "peak_16bit": ("peak_flops_per_s_16bit", "parse_flops_per_s"),
     "peak_fp8": ("peak_flops_per_s_fp8", "parse_flops_per_s"),
     "peak_fp4": ("peak_flops_per_s_fp4", "parse_flops_per_s"),
+    "peak_int8": ("peak_ops_per_s_int8", "parse_flops_per_s"),
     "memory": ("memory_bytes", "parse_bytes"),
     "memory_bandwidth": ("memory_bandwidth_bytes_per_s", "parse_rate_bytes_per_s"),
     "l2": ("l2_bytes", "parse_bytes"),

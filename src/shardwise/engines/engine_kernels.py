@@ -111,6 +111,11 @@ class LayerKernels:
     fused_residual_norms: int = 0  # residual adds fused with the norm after them, of 2
     source: str = ""
     matvec_rows: tuple[int, int] = (0, 0)  # products of up to so many rows as matrix-vector kernels: 16-bit, quantised
+    mmq_ids: bool = False  # a prompt's quantised experts in token tiles sized from the micro-batch (`physics.mmq_ids`)
+
+    def gpu_fields(self, quantised: bool) -> dict[str, object]:
+        """What the engine's kernels set on the GPU it serves on (`engines.serving.serving_scenario`)."""
+        return {"matvec_max_rows": self.matvec_rows[quantised], "mmq_token_tiles": self.mmq_ids and quantised}
 
 
 KERNELS = {
@@ -120,7 +125,8 @@ KERNELS = {
     "vllm": LayerKernels(10, norms_in_all_reduce=2, fusion_needs_hopper=True, fused_residual_norms=2,
                          source="docs/design/fusions.md@7215f1d5, models/llama.py"),
     "sglang": LayerKernels(10, fused_residual_norms=2, source="models/llama.py, server_args.py"),
-    "llama.cpp": LayerKernels(23, quantised_extra=7, matvec_rows=(1, 8), source="src/llama.cpp build_llama (2024)"),
+    "llama.cpp": LayerKernels(23, quantised_extra=7, matvec_rows=(1, 8), mmq_ids=True,
+                              source="src/llama.cpp build_llama (2024)"),
     "pytorch": LayerKernels(0),
 }  # fmt: skip
 assert all(k.norms_in_all_reduce in (0, FUSED_ALL_REDUCE_NORMS) for k in KERNELS.values())

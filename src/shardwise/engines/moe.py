@@ -53,6 +53,7 @@ from shardwise.physics.compute import (
     memory_s,
 )
 from shardwise.physics.microbatch import plan_accumulate_bytes
+from shardwise.physics.mmq_ids import experts_times
 from shardwise.physics.moe import (
     CLAMP_FORWARD_KERNELS,
     capacity_load,
@@ -157,6 +158,8 @@ def experts_parts(
     fused = plan.grad_accumulation_fusion
     add = plan_accumulate_bytes(plan)
     up, down = linears_times(ef.gemms, gpu, plan.precision, fused, add)
+    if gpu.mmq_token_tiles and not training:  # llama.cpp's MMQ on a prompt's experts (`physics.mmq_ids`)
+        up, down = experts_times((up, down), ef.gemms, tokens, gpu, plan.precision)
     router = linear_times(ef.router, gpu, attention_precision(plan.precision), fused, add)  # a 16-bit GEMM
     if np.any(over := splits_over_group(model, plan)):  # SGLang's gate on the G T gathered tokens (`engines.dp_dense`)
         router = replace(router, forward_s=np.where(over, gathered_router_s(scn, tokens), router.forward_s))

@@ -159,8 +159,8 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
     plan = serving_expert_layout(scn.plan)
     cluster = cluster.with_(
         custom_all_reduce=wl.custom_all_reduce,
-        # the engine's matrix-vector kernels for products of few rows (`LayerKernels.matvec_rows`)
-        gpu=cluster.gpu.with_(kernel_launch_s=gap, matvec_max_rows=KERNELS[wl.engine].matvec_rows[quantised]),
+        # the engine's matrix-vector kernels for products of few rows, its MMQ tiles for experts (`LayerKernels`)
+        gpu=cluster.gpu.with_(kernel_launch_s=gap, **KERNELS[wl.engine].gpu_fields(quantised)),
         intra_node_link=cluster.intra_node_link.with_(base_latency_s=base),
         inter_node_link=None if inter is None else inter.with_(base_latency_s=base),
     )

@@ -64,6 +64,7 @@ FIT_NEUTRAL = (
     "host_link_bytes_per_s",
     "host_adam_params_per_s",
     "matvec_max_rows",
+    "mmq_token_tiles",
     "fit_name",
     "fit_changed",
 )

@@ -95,6 +95,7 @@ class Gpu:
     # `with_transpose = columnwise_usage && !is_non_tn_fp8_gemm_supported`; RTX Blackwell, sm_120, not)
     fp8_any_layout: bool = False
     peak_flops_per_s_fp4: Number = 0.0  # dense FP4 (NVFP4 / MXFP4) peak; 0 = not supported
+    peak_ops_per_s_int8: Number = 0.0  # dense INT8 tensor peak (`physics.mmq_ids.int8_ops_per_s`)
     gemm_table: GemmTable | None = None  # measured 16-bit GEMM rates by shape (`measure micro`)
     # FlashAttention-2's forward efficiency relative to the GEMMs' at its plateau (0: the fused kernel's,
     # `physics.attention_kernels.FLASH_RELATIVE_EFFICIENCY`; Hopper runs FA2 below it, Ampere above it)
@@ -126,6 +127,7 @@ class Gpu:
     # products of at most this many rows run as matrix-vector kernels that reduce K inside the kernel,
     # with no split-K reduction kernel (llama.cpp's mmvq / mul_mat_vec; set by `engines.serving`; 0: none)
     matvec_max_rows: int = 0
+    mmq_token_tiles: bool = False  # a prompt's experts as llama.cpp's MMQ tiles them (`physics.mmq_ids`; serving)
     vendor: str = "nvidia"  # `VENDORS`: NVIDIA (CUDA) or AMD (ROCm), which serving engines run on it
     # the built-in whose fitted sustained efficiency a GPU file's `like:` carries ("": its own name), and
     # the file's fields (YAML names, ", "-joined) that change what that fit measured: the 80% interval's
@@ -171,6 +173,7 @@ class Gpu:
         chk.within(f"{p}: l2_bytes", self.l2_bytes, 0.0, 1e11, "bytes (0: not given)")
         chk.within(f"{p}: l2_bandwidth_bytes_per_s", self.l2_bandwidth_bytes_per_s, 0.0, 1e15, "B/s (0: not given)")
         chk.non_negative_int(f"{p}: matvec_max_rows", self.matvec_max_rows)
+        chk.within(f"{p}: peak_ops_per_s_int8", self.peak_ops_per_s_int8, 0.0, 1e18, "OP/s (0: 2x the 16-bit peak)")
         chk.text(f"{p}: fit_name", self.fit_name)
         chk.text(f"{p}: fit_changed", self.fit_changed)
 
