@@ -35,8 +35,9 @@ def test_one_token_through_four_mxfp4_experts_costs_their_bytes():
 
 
 def test_an_experts_share_of_a_prompt_is_padded_to_the_token_tile_not_to_128():
-    """512 prompt tokens over 128 experts, 4 each: 16 tokens per expert, computed as 16 rows
-    (mmq_x = 16), not 128: the FLOPs of 16 rows or the bytes, whichever is longer."""
+    """A weight-only product of 16 rows in 16 batches (the experts' shape of 512 tokens over 128
+    experts, 4 each): 16 rows, not 128, the FLOPs or the bytes, whichever is longer. llama.cpp's
+    experts are priced apart (`physics.mmq_ids`: its tile is sized from the micro-batch)."""
     g = gemm(16.0, 5760, 2880, 2, batch=128, weight_bytes=MXFP4)
     t = float(gemm_s(g, GPU, "bf16"))
     assert t == pytest.approx(max(_flops_s(g), _roof_s(g)), rel=0.05)

@@ -48,9 +48,9 @@ their throughputs, predicted against measured. Engines are modelled as they run:
 
 GPT-OSS-120B (a mixture of experts, MXFP4) runs as the dense models do, its experts split by TP
 under `-sm tensor` (every GPU holds a slice of each expert) and whole on their layer's GPU under
-`-sm layer`; only the experts the tokens choose are read, by llama.cpp's quantised kernels
-(`physics.kernels.weight_only_s`: a matrix-vector kernel up to 8 tokens, a token tile of 8-128
-above; no 128-row tiles).
+`-sm layer`; only the experts the tokens choose are read, by llama.cpp's quantised kernels: a
+matrix-vector kernel up to 8 tokens, above `mul_mat_q` with ids (`physics.mmq_ids`: a token tile
+sized from the micro-batch, 128 for 512 tokens, INT8 MMAs after each tile's load).
 
 Left out, with the reason: rows with a filled cache before the prompt ("pp512 @ d65536": a
 prompt's attention over an earlier context is not priced here), GLM-4.5-Air in IQ2_XXS and DeepSeek

@@ -54,8 +54,8 @@ STACK_MAX_ELEMENTS = 4096
 # (mmvq.cuh; for the experts, `MUL_MAT_ID` with their ids), one dot product per weight row over all
 # the tokens, the weights read once; above, `mul_mat_q` (mmq.cuh), whose tile is 128 weight rows by
 # mmq_x tokens, mmq_x picked from 8 to 128 in steps of 8 (of 16 from 48: `mmq_get_granularity`) for
-# the fewest waves: the tokens padded to 8 or 16, not to 128. An expert's share of a prompt's tokens
-# (512 tokens over GPT-OSS's 128 experts, 4 each: 16 per expert) is such a GEMM.
+# the fewest tiles: the tokens padded to 8 or 16, not to 128. llama.cpp's experts are not: MMQ with ids
+# sizes the tile from the whole micro-batch (`physics.mmq_ids`, where `Gpu.mmq_token_tiles`).
 MATVEC_MAX_ROWS = 8
 NARROW_TILE_MAX_ROWS = 128  # mmq_x_max with tensor cores (Turing and later)
 NARROW_TILE_GRANULARITY = ((48, 8.0), (NARROW_TILE_MAX_ROWS, 16.0))  # (below this many tokens, step)
