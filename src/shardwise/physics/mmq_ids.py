@@ -92,8 +92,9 @@ def experts_times(
     (`mmq_ids_s`) where it does: more than `MMVQ_MAX_BATCH_SIZE` tokens, weights stored narrower
     than the activations, multiplied in 16 bits (no FP4 tensor cores: `engines.serving.compute_precision`)."""
     t = np.asarray(tokens, dtype=float)
+    sixteen = precision in ("bf16", "fp16")
     out = []
     for gt, g in zip(times, gemms, strict=True):
-        on = (t > MMVQ_MAX_BATCH_SIZE) & (np.asarray(g.b_bytes) < np.asarray(g.a_bytes)) & (precision in ("bf16", "fp16"))
+        on = (t > MMVQ_MAX_BATCH_SIZE) & (np.asarray(g.b_bytes) < np.asarray(g.a_bytes)) & sixteen
         out.append(GemmTimes(np.where(on, mmq_ids_s(g, t, gpu), gt.forward_s), gt.input_grad_s, gt.weight_grad_s))
     return out[0], out[1]
