@@ -33,6 +33,7 @@ OTHER_TABLES = [
         "torchtitan_aws_samples.csv",
         "colossalai_llama2.csv",
         "litgpt_thunder.csv",
+        "issue_threads.csv",
     )
 ]
 MEGATRON_ROWS = 901
@@ -62,7 +63,7 @@ def importer(monkeypatch):
 
 def test_ids_count_on_from_the_megatron_table_into_the_other_stacks(rows):
     assert [r["id"] for r in rows] == [f"PUB-{i:04d}" for i in range(1, len(rows) + 1)]
-    assert len(rows) == MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8 + 8 + 4 + 14 + 5 + 2 + 1 + 9
+    assert len(rows) == MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3 + 8 + 8 + 4 + 14 + 5 + 2 + 1 + 9 + 12
     assert rows[MEGATRON_ROWS - 1]["framework"] == "megatron-core"
     assert "fms-fsdp" in rows[MEGATRON_ROWS]["source"]
 

@@ -9,7 +9,7 @@
         tools/data/public_runs/deepspeed_autotuning.csv tools/data/public_runs/maxtext_gpu_recipes.csv \
         tools/data/public_runs/deepspeed_h200_b200.csv tools/data/public_runs/lightning_zero.csv \
         tools/data/public_runs/torchtitan_aws_samples.csv tools/data/public_runs/colossalai_llama2.csv \
-        tools/data/public_runs/litgpt_thunder.csv
+        tools/data/public_runs/litgpt_thunder.csv tools/data/public_runs/issue_threads.csv
     python tools/import_public_runs.py ... --summary   # also print the count tables (markdown)
 
 The first CSV is the Megatron-Core / NeMo table (training_layouts.csv, read with the rules of `Row` below);

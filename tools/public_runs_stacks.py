@@ -74,6 +74,7 @@ MODELS = (
     (r"olmo2-13b|olmo-core 13b", "olmo2-13b"),
     (r"llama2-34b-shape \(fms 34b\)", "llama2-34b-fms"),
     (r"granite-7b-base", "llama2-7b"),
+    (r"^llama 7b \(lit-llama config '7b'", "llama2-7b"),
     (r"internlm-7b", "internlm-7b"),
     (r"tinyllama-1\.1b", "tinyllama-1.1b"),
     (r"llama-3\.2-3b", "llama3.2-3b"),
@@ -100,6 +101,7 @@ MODELS = (
 MODEL_NOTES = {
     "granite-7b-base": "IBM Granite-7B-base: its HF config (ibm-granite/granite-7b-base) is the Llama-2-7B shape",
     "olmo-core 7b": "OLMo-core llama2_7B config: the olmo2-7b shape without QK-norm",
+    "lit-llama config '7b'": "lit-llama's LLaMA 7B: the Llama-2-7B shape (MLP 11008, vocab 32000), block 2,048",
     "olmo-core 13b": "OLMo-core llama2_13B config: the olmo2-13b shape without QK-norm",
     "olmo-core 1b": "OLMo-core llama2_1B config: the olmo-core-1b shape without QK-norm",
 }
@@ -228,6 +230,7 @@ FEATURES = (
     (r"sequence parallelism \(--sequence-parallel\)", "sequence_parallel=on"),
     (r"partition_activations true", "partition_activations=on"),
     (r"use_varlen_attn=false", "varlen_attn=off"),
+    (r"hugging face transformers layers in eager pytorch", "kernels=hf-eager"),
 )
 
 MEGATRON_FORMULA = "tflops_formula=narayanan21-eq3"

@@ -89,24 +89,24 @@ class Priced:
     grid_s: np.ndarray  # predicted step at GRID (constant when no scale applies)
     compute_share: float
     precision: str = "bf16"
+    eager: bool = False  # element-wise work priced as eager PyTorch (Hugging Face layers): never fitted
 
     @property
     def sets_scale(self) -> bool:
-        """A dev row on a fitted GPU itself (not a sibling), of a fitted stack and precision."""
+        """A dev row on a fitted GPU itself (not a sibling), of a fitted stack, precision and fused kernels."""
         return (
             self.row.split == "dev"
             and self.gpu == self.fitted_gpu
             and self.stack in FIT_STACKS
             and self.precision not in UNFITTED_PRECISIONS
-        )
+        ) and not self.eager
 
     def at(self, scales: dict[str, float]) -> float:
         return float(np.interp(scales.get(self.fitted_gpu, 1.0), GRID, self.grid_s))
 
 
 def stack_of(raw: dict[str, str]) -> str:
-    """The framework preset that prices the row (its compiled variant where the source says so),
-    or, for a trainer's own preset on another stack's engine, that stack (`STACK_OF_PRESET`)."""
+    """The framework preset that prices the row (compiled where stated), or its engine's stack (`STACK_OF_PRESET`)."""
     from shardwise.analyses.public_stacks import STACK_OF_PRESET, execution
 
     preset = execution(raw)[0]
@@ -120,8 +120,7 @@ def _fitted_gpu(gpu: str) -> str:
 
 @cache
 def priced_rows() -> tuple[Priced, ...]:
-    """Every public row the model prices (dense full training, as the headline tables), with
-    its step time over GRID for the GPUs whose sustained efficiency is fitted."""
+    """Every public row the model prices (dense full training), with its step time over GRID for the fitted GPUs."""
     from shardwise.analyses.progress import tick
     from shardwise.engines.training import estimate_training_step
 
@@ -146,7 +145,8 @@ def priced_rows() -> tuple[Priced, ...]:
             )
             scaled = type(scn)(scn.model, scn.cluster.with_(gpu=g), scn.plan)
             grid = np.asarray(estimate_training_step(scaled).step_time_s, dtype=float)
-        out.append(Priced(r, gpu.name, stack_of(raw), fitted, grid, share, str(scn.plan.precision)))
+        eager = bool(np.any(scn.plan.eager_kernels))
+        out.append(Priced(r, gpu.name, stack_of(raw), fitted, grid, share, str(scn.plan.precision), eager))
     return tuple(out)
 
 

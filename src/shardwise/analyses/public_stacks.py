@@ -129,6 +129,8 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     out: dict[str, Any] = {}
     if compiled:
         out["eager_kernels"] = False
+    if n.get("kernels") == "hf-eager":  # stated: Hugging Face layers (eager norms, rotary) on another stack's engine
+        out["eager_kernels"] = True
     attention = n.get("attention", "")
     if attention == "no-flash":
         out["flash_attention"] = False
