@@ -309,9 +309,13 @@ def test_memory_validation_against_the_public_evidence():
     titan = [r for r in summary.peaks if r.framework == "torchtitan-compile"]
     assert len(titan) == 17 and all(abs(r.error) < 0.35 for r in titan)
     assert summary.peak_mape < 0.3
-    # InternEvo's step at its fullest (the fp32 gradient beside AdamW's temporaries): within a third
+    # InternEvo's device peaks: the step at its fullest (the fp32 gradient beside AdamW's temporaries),
+    # the metric's fp32 logit copies, partition_uniform's split and, on the HybridZeroOptimizer path,
+    # the blocks the caching allocator keeps beside the flat-shard step (-16% on average without
+    # the last three); every one within 16%, their mean within 10% under
     internevo = [r for r in summary.peaks if r.framework == "internevo"]
-    assert len(internevo) == 16 and all(-0.37 < r.error < 0.0 for r in internevo)
+    assert len(internevo) == 16 and all(abs(r.error) < 0.16 for r in internevo)
+    assert -0.1 < sum(r.error for r in internevo) / 16 < 0.0
     # NeMo Automodel's Llama 3.3 70B under pipeline parallelism with FSDP2 (PR #2673's commits): the
     # stage's gathered weights and unsharded fp32 gradients decide the six that ran out of memory
     automodel = [r for r in summary.predicted if r.framework == "nemo-automodel"]

@@ -93,7 +93,8 @@ def show_memory(as_json: bool, markdown: bool, show_rows: str) -> None:
     left_out = "; ".join(f"{n} {why}" for why, n in skipped.items())
     note = (
         "A peak is compared with the part of the estimate it measures (allocated: model state, activations, "
-        "buffers and workspaces; reserved: also the allocator's share; device: everything). Capacity is the GPU "
+        "buffers and workspaces; reserved: also the allocator's share and, up to the GPU's memory, the blocks it "
+        "keeps cached beside a flat-shard optimizer step; device: everything). Capacity is the GPU "
         f"preset's memory. Left out: {left_out}"
     )
     if markdown:

@@ -299,6 +299,15 @@ def memory_breakdown(
             raise ValueError(f"stage {stage!r} is not allowed; choose fullest, {', '.join(STAGE_INDEX)}")
         pick = STAGE_INDEX[stage] + 0 * pick
     w, g, o = (choose(pick, [st[i] for st in states]) for i in range(3))
+    cached = 0.0  # blocks the caching allocator keeps beside a flat-shard step (`physics.memory_cached`)
+    if stack.step_cache is not None:
+        zero = as_array(plan.zero_stage)
+        shards, tr = ifelse(zero >= 1, as_array(plan.zero_ranks), 1.0), trained if trained is not None else params
+        each = [
+            mem.step_cached_bytes(stack.step_cache, sum(st), act, stack.optimizer_step_bytes_per_param, n, shards, tot)
+            for st, act, n, tot in zip(states, acts, tr, totals, strict=True)
+        ]
+        cached = ifelse(zero < 3, choose(pick, each), 0.0)
     return mem.MemoryBreakdown(
         weights_bytes=w,
         gradients_bytes=g,
@@ -307,6 +316,7 @@ def memory_breakdown(
         reserved_bytes=terms.reserved + 0.0 * w,
         buffers_bytes=choose(pick, buffers),
         allocator_bytes=choose(pick, allocator),
+        cached_bytes=cached + 0.0 * w,
     )
 
 

@@ -40,6 +40,7 @@ from shardwise.physics.memory_activations import (
     op_sac_routed_bytes,
     routed_expert_activation_bytes,
 )
+from shardwise.physics.memory_cached import step_cached_bytes
 from shardwise.physics.memory_stacks import (
     ALLOCATOR_FRAGMENTATION,
     DEEPSPEED_REDUCE_BUCKET_BYTES,
@@ -160,6 +161,9 @@ class MemoryBreakdown:
     reserved_bytes: Number  # CUDA context, library workspaces, NCCL's buffers
     buffers_bytes: Number = 0.0  # gradient copies and buckets, ZeRO-3's gathered units
     allocator_bytes: Number = 0.0  # what the caching allocator reserves but cannot hand out
+    # what it keeps cached beside a step of whole-shard flat tensors and would release before running
+    # out (`physics.memory_cached`): in a measured reserved or device peak, not in `total_bytes`
+    cached_bytes: Number = 0.0
 
     @property
     def total_bytes(self) -> Number:
@@ -257,6 +261,7 @@ __all__ = [
     "routed_expert_activation_bytes",
     "sharded_state_bytes",
     "stack_memory",
+    "step_cached_bytes",
     "weight_bytes_per_param",
     "zero_shards",
 ]

@@ -56,3 +56,13 @@ LOSS_KERNEL_LOGIT_BYTES: dict[str, tuple[float, float | None]] = {
     "eager-bf16-freed": (EAGER_BF16_FREED_LOGIT_BYTES, EAGER_BF16_SAVED_LOGIT_BYTES),
     "compiled": (COMPILED_LOSS_LOGIT_BYTES, None),
 }
+
+# InternEvo's training metric (internlm/model/metrics.py AccPerplex.update, v0.2.1dev20231121, 34fc28d),
+# which train.py's SchedulerMetricHook runs on every training micro-batch's output before the loss
+# (`post_helper_func`; its `skip` stops the timers alone): the last stage's logits, cast to fp32 by
+# NaiveAMPModel (`output_to_fp32`, 4), `logits.detach().clone()` (4), the out-of-place
+# `shift_logits.sub(logits_max)` (4) and `torch.exp(shift_logits)` before its sum (4): 16 bytes a
+# logit at its peak, beside the activations the micro-batch has saved. The loss after it
+# (flash-attn's CrossEntropyLoss with inplace_backward on those fp32 logits, then the cast's 16-bit
+# gradient) keeps 6.
+INTERNEVO_METRIC_LOGIT_BYTES = 16.0

@@ -15,9 +15,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.arrays import as_bool, ifelse
+from shardwise.physics.memory_cached import INTERNEVO_STEP_BYTES_PER_PARAM, StepCache
+from shardwise.physics.memory_cached import UNFUSED_ADAMW_TEMP_BYTES_PER_PARAM as UNFUSED_ADAMW_TEMP_BYTES_PER_PARAM
 from shardwise.physics.memory_losses import EAGER_BF16_LOGIT_BYTES as EAGER_BF16_LOGIT_BYTES
 from shardwise.physics.memory_losses import EAGER_BF16_SAVED_LOGIT_BYTES as EAGER_BF16_SAVED_LOGIT_BYTES
-from shardwise.physics.memory_losses import LOSS_KERNEL_LOGIT_BYTES
+from shardwise.physics.memory_losses import INTERNEVO_METRIC_LOGIT_BYTES, LOSS_KERNEL_LOGIT_BYTES
 from shardwise.physics.memory_losses import TE_CROSS_ENTROPY_LOGIT_BYTES as TE_CROSS_ENTROPY_LOGIT_BYTES
 from shardwise.physics.memory_runtime import NVLS_HEAD_BYTES_NCCL_2_18
 from shardwise.specs import Model
@@ -44,24 +46,6 @@ EXPANDABLE_SEGMENTS_FRAGMENTATION = 0.0
 # DeepSpeed ZeRO 1-2's reduction buckets: reduce_bucket_size 5e8 elements (zero/config.py
 # default) of the 16-bit dtype, two of them with overlap_comm (stage_1_and_2.py setup_buckets).
 DEEPSPEED_REDUCE_BUCKET_BYTES = 2 * 5e8 * 2.0
-# torch.optim.AdamW unfused (foreach or for-loop) on the fp32 shard: the denominator
-# sqrt(v) / sqrt(1 - beta2^t) + eps is built out of place over every parameter it steps at once.
-# torch 1.13 `_single_tensor_adamw`: `denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`,
-# the sqrt (4 B) and the quotient (4 B) alive together; torch 2.0 `_multi_tensor_adamw` (foreach,
-# the default on CUDA): `exp_avg_sq_sqrt = torch._foreach_sqrt(...)` then the out-of-place
-# `denom = torch._foreach_add(exp_avg_sq_sqrt, eps)`: 8 B a parameter either way (torch 2.1 on adds
-# eps in place: 4; the fused kernels: 0). "At once" is the whole shard where the optimizer holds one
-# flat tensor (InternEvo's HybridZeroOptimizer: `param_group["params"] = [fp32_flat_current_rank]`)
-# or steps a list with foreach (InternEvo's FSDP path on torch >= 2.0.1).
-UNFUSED_ADAMW_TEMP_BYTES_PER_PARAM = 8.0
-# InternEvo's step at its fullest (v0.2, commit 34fc28d, torch 1.13.1 / 2.0.1 for FSDP): the fp32
-# gradient of the rank's shard, which stays the master's `.grad` until after `optim.step()` (4:
-# HybridZeroOptimizer._step `flat_fp16_avg_grads.to(dtype)`, FSDPadaptOptimizer.step
-# `[p.grad.to(dtype) for p in fp16_params]`; internlm/solver/optimizer/hybrid_zero_optim.py,
-# fsdp_optimizer.py), beside the unfused AdamW's temporaries (torch.optim.AdamW without `fused`,
-# internlm/train/training_internlm.py initialize_optimizer): 4 + 8. The earlier moment, the flat
-# 16-bit copy beside its fp32 cast (2 + 4, the 16-bit gradients freed), is smaller.
-INTERNEVO_STEP_BYTES_PER_PARAM = 4.0 + UNFUSED_ADAMW_TEMP_BYTES_PER_PARAM
 # FSDP2 under torch.distributed.pipelining: the stage's parameters stay gathered and its gradients
 # accumulate unsharded until the last micro-batch's backward. torchtitan
 # (torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy, "default": `return not
@@ -170,7 +154,10 @@ class StackMemory:
     forward has returned, what each micro-batch in flight on the last stage holds beyond the one at
     the loss's peak (`held_outputs_bytes`): the fp32 softmax Megatron-LM's and nanotron's
     vocab-parallel cross-entropies save (`ctx.save_for_backward(exp_logits, ...)`), the fp32
-    log-softmax eager `F.cross_entropy` saves: 4."""
+    log-softmax eager `F.cross_entropy` saves: 4.
+    `step_cache`: below ZeRO-3 the step allocates flat tensors of the whole shard beside every block
+    cached before it (`physics.memory_cached`, InternEvo's HybridZeroOptimizer): what a measured
+    reserved or device peak adds (`MemoryBreakdown.cached_bytes`); None: nothing."""
 
     logits_bytes_per_element: float
     sharded_fp32_params: bool = False
@@ -194,6 +181,7 @@ class StackMemory:
     saved_logits_bytes_per_element: float = 4.0
     full_recompute_kept_hidden: float = 1.0
     moe_full_recompute_kept_hidden: float | None = None
+    step_cache: StepCache | None = None
     source: str = ""
 
     def kept_hidden(self, model: Model) -> float:
@@ -259,21 +247,22 @@ STACKS: dict[str, StackMemory] = {
         "MemoryBuffer's sequence-parallel all-gather buffers",
     ),
     "internevo": StackMemory(
-        # flash-attn's fused cross-entropy (in-place backward), counted as Megatron's. The
-        # HybridZeroOptimizer (v0.2, commit 34fc28d, the version of the published memory table):
-        # the 16-bit `.grad` autograd accumulates in place over the micro-batches, moved into the
-        # averaged gradients only in the step (`_sync_grad`, called by `step`): 2; the step at its
-        # fullest, the fp32 gradient and AdamW's temporaries over the rank's whole shard, which
-        # the optimizer holds as one flat tensor (12, `INTERNEVO_STEP_BYTES_PER_PARAM`), after the
-        # 16-bit gradients are freed (`step_frees_grads`; the FSDP path keeps them through the
-        # step). Left out: the reduction hooks' flat buckets (reduce_bucket_size 512 Mi 16-bit
-        # elements, 1 GiB each, two at the end of the last backward).
-        6.0,
+        # the fp32 logits at the training metric's peak (16, `INTERNEVO_METRIC_LOGIT_BYTES`; the
+        # flash-attn fused cross-entropy after it keeps 6). The HybridZeroOptimizer (v0.2, commit
+        # 34fc28d, the version of the published memory table): the 16-bit `.grad` autograd accumulates
+        # in place over the micro-batches, moved into the averaged gradients only in the step
+        # (`_sync_grad`, called by `step`): 2; the step at its fullest, the fp32 gradient and AdamW's
+        # temporaries over the rank's whole shard, which the optimizer holds as one flat tensor (12,
+        # `INTERNEVO_STEP_BYTES_PER_PARAM`), after the 16-bit gradients are freed (`step_frees_grads`;
+        # the FSDP path keeps them through the step); what the caching allocator keeps beside those
+        # flat tensors, the reduction hooks' two 1 GiB buckets among it (`step_cache`).
+        INTERNEVO_METRIC_LOGIT_BYTES,
         grad_bytes=2.0,
         optimizer_step_bytes_per_param=INTERNEVO_STEP_BYTES_PER_PARAM,
         step_frees_grads=True,
-        source="flash-attn's fused cross-entropy; HybridZeroOptimizer's 16-bit averaged gradients; the step's "
-        "fp32 gradient and unfused AdamW's temporaries over the flat shard",
+        step_cache=StepCache(),
+        source="the training metric's fp32 logit copies; HybridZeroOptimizer's 16-bit averaged gradients; the "
+        "step's fp32 gradient and unfused AdamW's temporaries over the flat shard, beside the cached blocks",
     ),
     "fsdp": _FSDP,
     # under a pipeline (or a deferred sync) FSDP2's unsharded gradients wait at the reduce dtype's bytes: fp32 in

@@ -63,9 +63,10 @@ STACK_FIELDS = (
 # what `plan` searches on the stack beyond the layout (request-layer defaults, not Plan fields:
 # `framework_plan_search`)
 PLAN_SEARCH_FIELDS = ("block_recompute", "hybrid_shard")
-# how a stack splits the layers over pipeline stages by default (`specs.stages`): even (Megatron's) or
-# balanced by compute with the output layer counted (nanotron's build_model)
-PIPELINE_SPLITS = ("even", "compute", "deepspeed")
+# how a stack splits the layers over pipeline stages by default (`specs.stages`): even (Megatron's),
+# balanced by compute with the output layer counted (nanotron's build_model), DeepSpeed's PipelineModule,
+# or floor(layers / pp) each with the remainder on the last stages (InternEvo's partition_uniform)
+PIPELINE_SPLITS = ("even", "compute", "deepspeed", "uniform-last")
 # ... as the Plan keyword arguments `framework` returns: the same, the host time in seconds, less the
 # keys that are no Plan field (flash_attention goes with the CLI's own flag, the fp16 accumulation
 # bytes with the precision, the pipeline split with the request layer)

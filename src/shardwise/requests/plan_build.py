@@ -275,7 +275,8 @@ def default_split(o: dict[str, Any], pp: int, model: Any) -> dict[str, Any]:
     """The framework's own pipeline split where it is not even (`presets.framework_fields.PIPELINE_SPLITS`): nanotron
     balances its blocks by compute, the output layer included (`specs.stages.compute_balanced_counts`),
     DeepSpeed's PipelineModule its transformer layers alone (`specs.stages.deepspeed_balanced_counts`),
-    with one model chunk per stage; empty (the even split) otherwise."""
+    InternEvo puts the remainder on the last stages (`specs.stages.uniform_last_counts`), with one model
+    chunk per stage; empty (the even split) otherwise."""
     from shardwise import presets
     from shardwise.specs.stages import stack_split_counts
 

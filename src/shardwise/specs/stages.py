@@ -17,7 +17,9 @@ the layers of the fullest middle stage (the one that sets the pace):
   preset's default, given as an explicit split by the request layer);
 - DeepSpeed's PipelineModule over GPTModelPipe's transformer layers (`deepspeed_balanced_counts`:
   the first stages ceil(layers / pp), the last the rest; the megatron-deepspeed preset's default,
-  likewise given as an explicit split).
+  likewise given as an explicit split);
+- InternEvo's `partition_uniform` (`uniform_last_counts`: floor(layers / pp) each, one more on
+  each of the last layers mod pp stages, the output layer's; the internevo preset's default).
 
 With v model chunks per GPU (interleaved schedule) each chunk holds 1/v of its stage's layers.
 """
@@ -200,9 +202,23 @@ def deepspeed_balanced_counts(layers: int, pp: int) -> tuple[int, ...] | None:
     return counts if ok and min(counts) >= 1 else None
 
 
+def uniform_last_counts(layers: int, pp: int) -> tuple[int, ...] | None:
+    """Layers per stage as InternEvo places them (internlm/solver/pipeline_utils.py `partition_uniform`,
+    v0.2.0 to v0.2.3 and the later internlm/core/parallel/shard.py, one model chunk): floor(layers /
+    pp) each, one more on each of the last layers mod pp stages (`left = pp - layers % pp`, stage p
+    taking `chunk_size + (p >= left)`), so the remainder sits with the output layer (32 layers over 6
+    stages: 5, 5, 5, 5, 6, 6). None where a stage would get no layer (InternEvo raises "Some nodes in
+    Pipeline have no requests")."""
+    if layers < pp:
+        return None
+    base, extra = divmod(layers, pp)
+    return tuple(base + (1 if p >= pp - extra else 0) for p in range(pp))
+
+
 def stack_split_counts(rule: str, model: object, pp: int) -> tuple[int, ...] | None:
     """Layers per stage of a stack's own split rule (`presets.framework_fields.PIPELINE_SPLITS`: "compute" is
-    nanotron's `compute_balanced_counts`, "deepspeed" DeepSpeed's `deepspeed_balanced_counts`) for
+    nanotron's `compute_balanced_counts`, "deepspeed" DeepSpeed's `deepspeed_balanced_counts`,
+    "uniform-last" InternEvo's `uniform_last_counts`) for
     `model` (a `Model`) on pp stages of one model chunk; None for "even", at pp <= 1, or where the
     rule leaves a stage without a layer (the automatic split then applies). The request layer's
     default and the planner's candidates both take it from here."""
@@ -211,6 +227,8 @@ def stack_split_counts(rule: str, model: object, pp: int) -> tuple[int, ...] | N
         return None
     if rule == "deepspeed":
         return deepspeed_balanced_counts(layers, pp)
+    if rule == "uniform-last":
+        return uniform_last_counts(layers, pp)
     h, f = model.hidden, model.ffn_hidden  # type: ignore[attr-defined]
     # LlamaModel.get_block_compute_costs: 4 h^2 for the attention's projections, 3 f h for the MLP
     layer_cost = 4.0 * h * h + (3.0 if model.gated_mlp else 2.0) * f * h  # type: ignore[attr-defined]
