@@ -136,27 +136,27 @@ def serving_unmeasured(gpu_name: str, family: str = "") -> str:
 # normal-equivalent spread: the interval is +-Z80 x it. (log spread, runs, sources);
 # `python tools/stack_spreads.py` prints these.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "colossalai": (0.1296, 2, 2),
-    "deepspeed": (0.1614, 15, 4),
-    "flash-attn-trainer": (0.1102, 5, 1),
-    "fsdp": (0.1728, 176, 3),
-    "fsdp2": (0.1570, 2, 1),
-    "internevo": (0.1440, 54, 1),
-    "maxtext": (0.0907, 42, 4),
-    "megatron-core": (0.0906, 442, 4),
-    "megatron-deepspeed": (0.3120, 9, 4),
-    "megatron-lm-2022": (0.1611, 11, 1),
-    "nemo-automodel": (0.1477, 1, 1),
-    "paxml": (0.1865, 36, 2),
-    "torchtitan": (0.1564, 2, 2),
-    "torchtitan-compile": (0.1253, 15, 2),
+    "colossalai": (0.1299, 2, 2),
+    "deepspeed": (0.1636, 15, 4),
+    "flash-attn-trainer": (0.1158, 5, 1),
+    "fsdp": (0.1694, 181, 5),
+    "fsdp2": (0.1585, 2, 1),
+    "internevo": (0.1451, 54, 1),
+    "maxtext": (0.0942, 42, 4),
+    "megatron-core": (0.0932, 442, 4),
+    "megatron-deepspeed": (0.2442, 15, 5),
+    "megatron-lm-2022": (0.1615, 11, 1),
+    "nemo-automodel": (0.1495, 1, 1),
+    "paxml": (0.1869, 36, 2),
+    "torchtitan": (0.1246, 3, 3),
+    "torchtitan-compile": (0.1251, 15, 2),
 }
 # A stack without published runs: how far whole stacks miss when each is left out of the fit
 # altogether (DerSimonian-Laird across the NO_DATA_STACKS stacks' mean errors), plus a source's
 # scatter about its stack and a run's about its source, each stack weighing the same; never
 # narrower than the widest stack's above (`analyses.interval_model`: a stack nobody has measured
 # may miss as far as the worst measured one).
-NO_DATA_LOG_SD = 0.3120
+NO_DATA_LOG_SD = 0.2442
 NO_DATA_STACKS = 14
 # Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their
 # SSD kernels' training speed rests on one inference measurement; mixtures of experts: the stacks'
