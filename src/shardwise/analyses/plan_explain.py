@@ -209,14 +209,15 @@ def stack_zero(search: PlanSearch, plan: Plan) -> int:
     at most under a pipeline unless --zero-with-pp), else the nearest stage below it that it lets
     run (review 47 #3: a neighbour of a dp = 1 best plan was priced at ZeRO-0, its optimizer whole)."""
     from shardwise import presets
-    from shardwise.analyses.search_space import stack_of
+    from shardwise.analyses.search_space import pipeline_zero_stages, stack_of
 
     default = int(presets.framework(stack_of(search.space))["zero_stage"])
     space = search.space
+    piped, pp = pipeline_zero_stages(space), int(np.asarray(plan.pp))
     allowed = [
         z
         for z in (space.zero_stage or (0, 1, 2, 3))
-        if space.zero_with_pipeline or int(np.asarray(plan.pp)) == 1 or z <= 1
+        if (space.zero_with_pipeline or pp == 1 or z <= 1) and (piped is None or pp == 1 or z in piped)
     ]
     below = [z for z in allowed if z <= default]
     return max(below) if below else min(allowed, default=0)

@@ -66,7 +66,7 @@ def row_request(search: Any, i: int, base: TrainingRequest) -> PredictRequest:
         etp=etp or None,
         vpp=vpp,
         micro_batch=int(c["micro_batch"]),
-        schedule=None if schedule == default_schedule({**kept, "vpp": vpp}) else schedule,
+        schedule=None if schedule == default_schedule({**kept, "vpp": vpp, "pp": int(c["pp"])}) else schedule,
         recompute=recompute,
         # the default where it agrees (the framework's, `requests.plan_build`)
         sequence_parallel=None if sp == default_sequence_parallel({**kept, "tp": int(c["tp"])}) else sp,
@@ -370,7 +370,7 @@ class PlanRequest:
             if space.recompute is not None and "full" not in space.recompute:
                 levers.append("full recomputation")
             zero3 = 3 in (framework_zero_stages(self.training.framework) or (3,))  # nanotron has none
-            if zero3 and (space.zero_stage is not None or not space.zero_with_pipeline):
+            if zero3 and (not space.zero_with_pipeline or 3 not in (space.zero_stage or (3,))):
                 levers.append("ZeRO-3 (--zero-with-pp to combine it with a pipeline)")
             if space.memory_headroom_bytes > 0:
                 levers.append("less --memory-headroom")
