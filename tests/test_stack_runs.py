@@ -119,3 +119,15 @@ def test_a_preset_states_its_pipeline_defaults_within_what_it_runs(fields, messa
         _framework_from_dict("mine", data)
     _framework_from_dict("mine", {**data, "schedules": ["gpipe"], "pipeline_schedule": "gpipe",
                                   "pipeline_zero_stages": [0], "zero_stages": [0, 1], "zero_stage": 1})  # fmt: skip
+
+
+def test_a_neighbour_that_starts_a_pipeline_takes_the_stacks_schedule_there():
+    """The best plan's pp 1 is stored as 1F1B (no schedule): its pp = 2 neighbour under MaxText was
+    priced as 1F1B and listed as "not runnable on maxtext"; it takes MaxText's GPipe now."""
+    from shardwise.analyses.plan_explain import alternatives
+
+    search = PlanRequest.from_argv(f"{SMALL} --framework maxtext --cp 1 --tp 1,2").search()
+    best = int(search.ranked(1)[0])
+    assert int(search.scenario(best).plan.pp) == 1
+    piped = [a for a in alternatives(search, best) if "pp=" in a.change]
+    assert piped and not any(a.framework_cannot for a in piped), [(a.change, a.excluded) for a in piped]
