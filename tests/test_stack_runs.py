@@ -131,3 +131,15 @@ def test_a_neighbour_that_starts_a_pipeline_takes_the_stacks_schedule_there():
     assert int(search.scenario(best).plan.pp) == 1
     piped = [a for a in alternatives(search, best) if "pp=" in a.change]
     assert piped and not any(a.framework_cannot for a in piped), [(a.change, a.excluded) for a in piped]
+
+
+def test_nothing_fits_suggests_zero_3_with_a_pipeline_only_where_the_stack_runs_it(cli):
+    """DeepSpeed's PipelineEngine runs ZeRO <= 1 (its `pipeline_zero_stages`): where nothing fits,
+    --zero-with-pp is no lever there, ZeRO-3 without a pipeline is already searched."""
+    base = ["plan", "--model", "llama3.1-405b", "--system", "dgx-h100", "--nodes", "2", "--global-batch", "64"]
+    code, _out, err = cli([*base, "--framework", "deepspeed"])
+    assert code != 0 and "ZeRO-3" not in err and "less --memory-headroom" in err
+    code, _out, err = cli([*base, "--framework", "deepspeed", "--zero", "1"])
+    assert code != 0 and "ZeRO-3," in err and "--zero-with-pp" not in err
+    code, _out, err = cli([*base, "--framework", "megatron-core"])
+    assert code != 0 and "ZeRO-3 (--zero-with-pp to combine it with a pipeline)" in err
