@@ -55,6 +55,11 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
     stack, shown = stack_of(sp), str(sp.execution.get("framework") or "")
     if missing_axes(stack, plan):  # the axes the stack lacks before the search's own limits
         return not_in_stack(stack, plan, searched=True, shown_as=shown)
+    from shardwise.analyses.search_space import pipeline_zero_stages
+
+    piped = pipeline_zero_stages(sp)
+    if pp > 1 and piped is not None and z not in piped:  # the stack's own limit, not the search's
+        return not_in_stack(stack, plan, searched=True, shown_as=shown)
     if pp > 1 and z >= 2 and not sp.zero_with_pipeline:
         return "ZeRO-2/3 with a pipeline is off (--zero-with-pp)"
     cannot = not_in_stack(stack, plan, searched=True, shown_as=shown)
@@ -88,7 +93,7 @@ def _outside_values(sp: object, plan: Plan) -> str:
     out = []
     for name, flag in _VALUE_FLAGS.items():
         allowed = getattr(sp, name)
-        if allowed is None:
+        if allowed is None or (name == "schedule" and int(np.asarray(plan.pp)) == 1):  # no pipeline, no schedule
             continue
         value: object = int(np.asarray(getattr(plan, name)))
         if name == "schedule":

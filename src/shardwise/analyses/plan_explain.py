@@ -209,17 +209,32 @@ def stack_zero(search: PlanSearch, plan: Plan) -> int:
     at most under a pipeline unless --zero-with-pp), else the nearest stage below it that it lets
     run (review 47 #3: a neighbour of a dp = 1 best plan was priced at ZeRO-0, its optimizer whole)."""
     from shardwise import presets
-    from shardwise.analyses.search_space import stack_of
+    from shardwise.analyses.search_space import pipeline_zero_stages, stack_of
 
     default = int(presets.framework(stack_of(search.space))["zero_stage"])
     space = search.space
+    piped, pp = pipeline_zero_stages(space), int(np.asarray(plan.pp))
     allowed = [
         z
         for z in (space.zero_stage or (0, 1, 2, 3))
-        if space.zero_with_pipeline or int(np.asarray(plan.pp)) == 1 or z <= 1
+        if (space.zero_with_pipeline or pp == 1 or z <= 1) and (piped is None or pp == 1 or z in piped)
     ]
     below = [z for z in allowed if z <= default]
     return max(below) if below else min(allowed, default=0)
+
+
+def stack_schedule(search: PlanSearch, plan: Plan) -> Schedule:
+    """The schedule a neighbour takes where it starts a pipeline (the best plan's pp = 1 is stored as
+    1F1B, meaning none): the stack's default under a pipeline (`framework_schedule`: MaxText's and
+    Paxml's gpipe, else 1f1b), or the first schedule the search runs there where that is not one."""
+    from shardwise.analyses.search_space import stack_of
+    from shardwise.presets.stack_defaults import framework_schedule
+
+    label = framework_schedule(stack_of(search.space), int(np.asarray(plan.pp))) or "1f1b"
+    allowed = [s for s in (search.space.schedule or ()) if s != "interleaved"]
+    if allowed and label not in allowed:
+        label = allowed[0]
+    return next(s for s in Schedule if s.label == label)
 
 
 def replicas(plan: Plan) -> int:
@@ -285,6 +300,8 @@ def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
             plan = normalised(scn.plan.with_(**with_pp(change, scn.plan, scn.model, rule))).with_(overlap_p2p=overlap)
             if replicas(scn.plan) == 1 < replicas(plan) and "zero_stage" not in change:
                 plan = plan.with_(zero_stage=stack_zero(search, plan))
+            if int(np.asarray(scn.plan.pp)) == 1 < int(np.asarray(plan.pp)) and "schedule" not in change:
+                plan = plan.with_(schedule=stack_schedule(search, plan))
             est = confirmed_estimate(Scenario(scn.model, cluster_for(search.cluster, n), plan))
         except SpecError:  # not a valid layout (a mixture of experts whose ep no longer folds, ...)
             continue

@@ -30,6 +30,7 @@ from shardwise.analyses.search_space import (  # noqa: F401
     RECOMPUTE_NAMES,
     SCHEDULE_NAMES,
     SearchSpace,
+    pipeline_zero_stages,
     stack_of,
 )
 from shardwise.arrays import sorted_distinct
@@ -307,6 +308,9 @@ def candidates_with_twins(
     zero_ok = (dp[:, None] > 1) | (zs[None, :] == 0)
     if not space.zero_with_pipeline:
         zero_ok &= (pp[:, None] == 1) | (zs[None, :] <= 1)
+    piped = pipeline_zero_stages(space)  # what the stack runs under a pipeline (Colossal-AI: ZeRO <= 1)
+    if piped is not None:
+        zero_ok &= (pp[:, None] == 1) | np.isin(zs, piped)[None, :]
     if space.zero_stage is not None:
         zero_ok &= (dp[:, None] == 1) | np.isin(zs, space.zero_stage)[None, :]
     # each ZeRO stage with its shard groups: full sharding, and a server's ranks (`analyses.plan_hybrid`)

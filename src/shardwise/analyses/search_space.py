@@ -200,3 +200,12 @@ def search_features(space: SearchSpace) -> tuple[bool, tuple[int, ...]]:
     if space.hybrid_zero is not None:
         hybrid = space.hybrid_zero
     return blocks and space.recompute_layers is None, hybrid if space.shard_group is None else ()
+
+
+def pipeline_zero_stages(space: SearchSpace) -> tuple[int, ...] | None:
+    """The ZeRO stages the planned stack runs under a pipeline, whatever --zero-with-pp says (its
+    preset's `pipeline_zero_stages`: Colossal-AI's HybridParallelPlugin and DeepSpeed's PipelineEngine
+    assert ZeRO <= 1 there); None: the stack states no such limit."""
+    from shardwise.presets.stack_defaults import framework_pipeline_zero_stages
+
+    return framework_pipeline_zero_stages(stack_of(space))

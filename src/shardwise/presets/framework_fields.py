@@ -240,12 +240,23 @@ def _check_own_defaults(key: str, data: dict[str, Any]) -> None:
         raise SpecError(
             f"framework {key!r}: zero_stage: {zero} is not among its zero_stages ({listed}); give one of them"
         )
-    # a stack that states no schedule runs 1f1b under a pipeline (requests.plan_build.default_schedule)
-    schedules, schedule = data.get("schedules"), data.get("schedule") or "1f1b"
-    if schedules is not None and schedule not in schedules:
+    piped = data.get("pipeline_zero_stages")
+    if piped is not None and stages is not None and not set(piped) <= set(stages):
+        listed = ", ".join(str(z) for z in stages)
         raise SpecError(
-            f"framework {key!r}: schedule: {schedule} is not among its schedules ({', '.join(schedules)}); "
-            "give one of them"
+            f"framework {key!r}: pipeline_zero_stages: {piped!r} is not among its zero_stages ({listed}); "
+            "give some of them"
+        )
+    # the default under a pipeline: pipeline_schedule, else schedule, else 1f1b
+    # (requests.plan_build.default_schedule); at pp 1 no schedule runs, whatever the list says
+    schedules = data.get("schedules")
+    field = "pipeline_schedule" if data.get("pipeline_schedule") else "schedule"
+    schedule = data.get(field) or "1f1b"
+    if schedules is not None and schedule not in schedules:
+        hint = "" if data.get(field) else " (1f1b runs under a pipeline where none is stated: pipeline_schedule)"
+        raise SpecError(
+            f"framework {key!r}: {field}: {schedule} is not among its schedules ({', '.join(schedules)}); "
+            f"give one of them{hint}"
         )
 
 

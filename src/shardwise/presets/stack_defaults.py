@@ -21,9 +21,11 @@ from shardwise.errors import SpecError
 
 DEFAULT_FIELDS = (
     "schedule",
+    "pipeline_schedule",
     "sequence_parallel",
     "layer_host_ops_async_sp",
     "zero_stages",
+    "pipeline_zero_stages",
     "schedules",
     "model_parallel",
     "default_recompute",
@@ -42,10 +44,11 @@ MAX_HOST_OPS = 10_000
 
 def check_default_fields(key: str, data: dict[str, Any]) -> None:
     """One line naming the field and what is allowed, for a preset's default fields."""
-    schedule = data.get("schedule")
-    if schedule is not None and schedule not in PRESET_SCHEDULES:
-        allowed = ", ".join(PRESET_SCHEDULES)
-        raise SpecError(f"framework {key!r}: schedule: {schedule!r} is not allowed; choose {allowed}")
+    for field in ("schedule", "pipeline_schedule"):
+        schedule = data.get(field)
+        if schedule is not None and schedule not in PRESET_SCHEDULES:
+            allowed = ", ".join(PRESET_SCHEDULES)
+            raise SpecError(f"framework {key!r}: {field}: {schedule!r} is not allowed; choose {allowed}")
     if "sequence_parallel" in data and not isinstance(data["sequence_parallel"], bool):
         value = data["sequence_parallel"]
         raise SpecError(f"framework {key!r}: sequence_parallel: {value!r} is not allowed; give true or false")
@@ -55,11 +58,14 @@ def check_default_fields(key: str, data: dict[str, Any]) -> None:
     ):
         allowed = ", ".join(ALL_SCHEDULES)
         raise SpecError(f"framework {key!r}: schedules: {schedules!r} is not allowed; give a list of {allowed}")
-    stages = data.get("zero_stages")
-    if stages is not None and (
-        not isinstance(stages, list) or not stages or any(isinstance(v, bool) or v not in (0, 1, 2, 3) for v in stages)
-    ):
-        raise SpecError(f"framework {key!r}: zero_stages: {stages!r} is not allowed; give a list of 0, 1, 2 or 3")
+    for field in ("zero_stages", "pipeline_zero_stages"):
+        stages = data.get(field)
+        if stages is not None and (
+            not isinstance(stages, list)
+            or not stages
+            or any(isinstance(v, bool) or v not in (0, 1, 2, 3) for v in stages)
+        ):
+            raise SpecError(f"framework {key!r}: {field}: {stages!r} is not allowed; give a list of 0, 1, 2 or 3")
     axes = data.get("model_parallel")
     if axes is not None and (not isinstance(axes, list) or any(v not in MODEL_PARALLEL_AXES for v in axes)):
         allowed = ", ".join(MODEL_PARALLEL_AXES)
@@ -109,6 +115,17 @@ def framework_zero_stages(name: str) -> tuple[int, ...] | None:
     from shardwise import presets
 
     value = presets._checked_framework(name).get("zero_stages")
+    return None if value is None else tuple(int(v) for v in value)
+
+
+def framework_pipeline_zero_stages(name: str) -> tuple[int, ...] | None:
+    """The ZeRO stages the stack runs under a pipeline (pp > 1), where fewer than without one (None:
+    its `zero_stages`): Colossal-AI's HybridParallelPlugin asserts zero_stage <= 1 when pp_size > 1,
+    DeepSpeed's PipelineEngine "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism". The
+    planner searches no other stage with a pipeline, --zero-with-pp or not."""
+    from shardwise import presets
+
+    value = presets._checked_framework(name).get("pipeline_zero_stages")
     return None if value is None else tuple(int(v) for v in value)
 
 
@@ -172,7 +189,8 @@ def pipe_engine_zero(name: str, plan: Any) -> bool:
 def not_in_stack(name: str, plan: Any, *, searched: bool = False, shown_as: str = "", zero_asked: bool = True) -> str:
     """What of `plan` the stack `name` does not implement, in words ("" for nothing): the
     model-parallel axes its preset's `model_parallel` leaves out, a ZeRO stage outside its
-    `zero_stages`, a pipeline schedule outside its `schedules` under a pipeline. A request's note
+    `zero_stages` (or, under a pipeline, its `pipeline_zero_stages`), a pipeline schedule outside its
+    `schedules` under a pipeline. A request's note
     (`searched` False) names what was asked beside what the stack runs, a ZeRO stage only where the
     data-parallel ranks shard anything (dp x cp > 1), and ZeRO-2/3 under DeepSpeed's pipeline
     engine; the planner's reason why its search left a plan out (`searched` True) names what the
@@ -189,6 +207,7 @@ def not_in_stack(name: str, plan: Any, *, searched: bool = False, shown_as: str 
     if axes:
         gaps.append(f"{shown} runs no {axes}")
     stages, schedules = framework_zero_stages(name), framework_schedules(name)
+    piped = framework_pipeline_zero_stages(name)
     zero, pp = int(plan.zero_stage), int(plan.pp)
     sharded = searched or int(plan.dp) * int(plan.cp) > 1
     if stages is not None and zero not in stages and sharded:
@@ -200,20 +219,27 @@ def not_in_stack(name: str, plan: Any, *, searched: bool = False, shown_as: str 
             gaps.append(f"{engine}, not the preset's default ZeRO-{zero}; priced at ZeRO-{zero}{ZERO1_HINT}")
         else:
             gaps.append(f"{engine}, not ZeRO-{zero}")
+    elif piped is not None and pp > 1 and zero not in piped and sharded:
+        listed = ", ".join(str(z) for z in piped)
+        gaps.append(f"{shown} runs ZeRO {listed} under a pipeline" + (" only" if searched else f", not ZeRO-{zero}"))
     label = Schedule(int(plan.schedule)).label
     if schedules is not None and pp > 1 and label not in schedules:
-        listed = ", ".join(schedules)
-        gaps.append(
-            f"{shown} runs the {listed} " + ("schedules only" if searched else f"pipeline schedules, not {label}")
-        )
+        listed, noun = ", ".join(schedules), "schedules" if len(schedules) > 1 else "schedule"
+        gaps.append(f"{shown} runs the {listed} " + (f"{noun} only" if searched else f"pipeline {noun}, not {label}"))
     return "; ".join(gaps)
 
 
-def framework_schedule(name: str) -> str | None:
-    """The framework's default pipeline schedule (None: the project's, 1F1B)."""
+def framework_schedule(name: str, pp: int = 1) -> str | None:
+    """The framework's default schedule at `pp` stages (None: the project's, 1F1B): `schedule` at
+    any pp (nanotron's AllForwardAllBackward engine runs its order at pp 1 too), `pipeline_schedule`
+    under a pipeline only, where a stack with no pipeline accumulates one micro-batch's forward and
+    backward at a time (MaxText's and Paxml's gradient accumulation, a scan over the micro-batches;
+    their pipelines a forward loop differentiated whole: GPipe)."""
     from shardwise import presets
 
-    value = presets._checked_framework(name).get("schedule")
+    data = presets._checked_framework(name)
+    value = data.get("pipeline_schedule") if pp > 1 else None
+    value = value or data.get("schedule")
     return None if value is None else str(value)
 
 

@@ -66,7 +66,7 @@ def row_request(search: Any, i: int, base: TrainingRequest) -> PredictRequest:
         etp=etp or None,
         vpp=vpp,
         micro_batch=int(c["micro_batch"]),
-        schedule=None if schedule == default_schedule({**kept, "vpp": vpp}) else schedule,
+        schedule=None if schedule == default_schedule({**kept, "vpp": vpp, "pp": int(c["pp"])}) else schedule,
         recompute=recompute,
         # the default where it agrees (the framework's, `requests.plan_build`)
         sequence_parallel=None if sp == default_sequence_parallel({**kept, "tp": int(c["tp"])}) else sp,
@@ -358,7 +358,7 @@ class PlanRequest:
 
     def _run(self, notes: list[str]) -> PlanResult:
         from shardwise.analyses.plan_explain import alternatives
-        from shardwise.presets.stack_defaults import framework_zero_stages
+        from shardwise.presets import stack_defaults as stack
         from shardwise.requests import build
 
         cal = build.load_calibration(self.training.calibration)
@@ -367,11 +367,11 @@ class PlanRequest:
         best = result.ranked(self.top)
         if best.size == 0:
             levers = ["more GPUs", "a shorter sequence"]
-            if space.recompute is not None and "full" not in space.recompute:
-                levers.append("full recomputation")
-            zero3 = 3 in (framework_zero_stages(self.training.framework) or (3,))  # nanotron has none
-            if zero3 and (space.zero_stage is not None or not space.zero_with_pipeline):
-                levers.append("ZeRO-3 (--zero-with-pp to combine it with a pipeline)")
+            levers += ["full recomputation"] * (space.recompute is not None and "full" not in space.recompute)
+            zero3 = 3 in (stack.framework_zero_stages(self.training.framework) or (3,))  # nanotron has none
+            piped = 3 in (stack.framework_pipeline_zero_stages(space.stack) or (3,))  # not DeepSpeed's engine
+            if zero3 and ((piped and not space.zero_with_pipeline) or 3 not in (space.zero_stage or (3,))):
+                levers.append("ZeRO-3" + " (--zero-with-pp to combine it with a pipeline)" * piped)
             if space.memory_headroom_bytes > 0:
                 levers.append("less --memory-headroom")
             outcome = PlanResult(self, result, [], [], None, "", tuple(notes), cal)

@@ -113,13 +113,14 @@ def default_sequence_parallel(o: dict[str, Any]) -> bool:
 
 
 def default_schedule(o: dict[str, Any]) -> str:
-    """The pipeline schedule when none is given: interleaved with --vpp > 1, else the framework's
-    (nanotron's AllForwardAllBackward engine: gpipe, `presets.stack_defaults`), else 1F1B."""
+    """The pipeline schedule when none is given: interleaved with --vpp > 1, else the framework's at
+    the plan's pp (nanotron's AllForwardAllBackward engine: gpipe at any pp; MaxText's and Paxml's
+    pipeline: gpipe under a pipeline only, `presets.stack_defaults.framework_schedule`), else 1F1B."""
     from shardwise.presets.stack_defaults import framework_schedule
 
     if (o.get("vpp") or 1) > 1:
         return "interleaved"
-    return framework_schedule(o.get("framework") or "megatron-core") or "1f1b"
+    return framework_schedule(o.get("framework") or "megatron-core", int(o.get("pp") or 1)) or "1f1b"
 
 
 def default_recompute(o: dict[str, Any]) -> str:
@@ -154,10 +155,14 @@ def stack_default_notes(o: dict[str, Any], plan: Any) -> list[str]:
     stack = o.get("framework") or "megatron-core"
     out: list[str] = []
     m, pp = int(plan.num_micro_batches), int(plan.pp)
-    if o.get("schedule") is None and (o.get("vpp") or 1) == 1 and framework_schedule(stack) == "gpipe" and m > 1:
+    if o.get("schedule") is None and (o.get("vpp") or 1) == 1 and framework_schedule(stack, pp) == "gpipe" and m > 1:
+        from shardwise.presets.stack_defaults import framework_schedules
+
+        runs = framework_schedules(stack)  # suggest 1F1B only where the stack runs it (not MaxText, Paxml)
+        other = f"; --schedule 1f1b holds at most {min(pp, m)}" if runs is None or "1f1b" in runs else ""
         out.append(
             f"{plan.framework}'s default schedule runs all {m} forwards, then all backwards, holding every "
-            f"micro-batch's activations; --schedule 1f1b holds at most {min(pp, m)}"
+            f"micro-batch's activations{other}"
         )
     if o.get("sequence_parallel") is None and o.get("tp", 1) > 1 and framework_sequence_parallel(stack) is False:
         out.append(
