@@ -138,6 +138,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
         inter_node_link=hardware["inter_node_link"],
         host_cpu=hardware["host_cpu"],
         nvls=hardware["nvls"],
+        pcie=hardware["pcie"],
         links=links,
         plans=plans,
         batch=o["batch"],
@@ -344,6 +345,7 @@ def _hardware(o: dict[str, Any]) -> dict[str, Any]:
         "inter_node_link": inter,
         "host_cpu": host_cpu,
         "nvls": nvls,
+        "pcie": t.pcie,
         "system_link": system_link,
         "latency_s": latency_s,
     }
