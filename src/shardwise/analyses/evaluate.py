@@ -198,6 +198,8 @@ def _scenario(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np
     return Scenario(model, cluster, plan_), valid
 
 
+scenario_of = _scenario  # (Scenario with array fields, validity mask) of a plan on a link over a grid
+
 SERVING_OUTPUT_LEN = 128  # new tokens per request for --workload decode (context: prompt + half of them)
 
 

@@ -123,6 +123,8 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
         if notes is not None:
             notes.append(f"calibrated by {cal.path} ({cal.runs} run(s){other})")
             notes += [stack_text] if stack_text else []
+    if not calibration and o["workload"] == "train" and o["cost_model"] == "physical":
+        calibration = _pcie_basis(links, notes)
     recompute = resolve_recompute(o.get("framework"), o.get("recompute"))
     if notes is not None and recompute.every and model.is_moe and o["workload"] == "train":
         notes.append(
@@ -283,6 +285,26 @@ def _check_default_links(gpu_name: str, links: Any) -> None:
             f"--intra-link is required with --gpu {gpu_name}: the default comparison ({default}) is "
             f"A100 servers' ({_link_hint(gpu_name)})"
         )
+
+
+def _pcie_basis(links: tuple[Any, ...], notes: list[str] | None) -> dict[str, Any]:
+    """The uncalibrated bands' basis where a compared link is PCIe, and a note saying so: a plan with a
+    TP, CP or data-parallel group over it adds the PCIe collective spread (`analyses.bands.pcie_log_sd`)."""
+    from shardwise.calibration.link_spread import MISSED
+    from shardwise.physics.custom_allreduce import is_nvlink_class
+    from shardwise.specs.experiment import Experiment
+
+    pcie = [lk.label for lk in links if not is_nvlink_class(lk.link)]
+    if not pcie:
+        return {}
+    text = (
+        f"{', '.join(pcie)}: no published training run over PCIe, so a plan with a TP, CP or data-parallel group "
+        f"in a server there has a wider band: plus {MISSED}"
+    )
+    if notes is not None:
+        notes.append(text)
+    default = Experiment.__dataclass_fields__["spread_basis"].default
+    return {"spread_basis": f"{default}; {text}"}
 
 
 def _hardware(o: dict[str, Any]) -> dict[str, Any]:
