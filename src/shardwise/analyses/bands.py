@@ -67,6 +67,20 @@ def point_log_sd(exp: Experiment, price: Price, t: np.ndarray) -> np.ndarray:
     return np.maximum(np.sqrt(fit.noise_log_sd**2 + var) * t_factor(fit.dof), floor)
 
 
+def pcie_log_sd(exp: Experiment, plan: object, link: object, grid: dict, sd: np.ndarray) -> np.ndarray:
+    """Uncalibrated training: `sd` widened where the plan runs a TP, CP or data-parallel group over a
+    PCIe link inside a server, which no published training run measured (`calibration.link_spread`)."""
+    if calibrated(exp) or exp.workload != "train" or exp.cost_model != "physical":
+        return sd
+    from shardwise.analyses.evaluate import scenario_of
+    from shardwise.calibration.link_spread import link_widened_log_sd, over_pcie
+
+    scn, _ = scenario_of(exp, plan, link, grid)  # type: ignore[arg-type]
+    if scn is None:
+        return sd
+    return np.broadcast_to(link_widened_log_sd(sd, over_pcie(scn)), np.shape(sd))
+
+
 def ratio_log_sd(exp: Experiment, price_a: Price, price_b: Price, ta: np.ndarray, tb: np.ndarray) -> np.ndarray:
     """The 80% band width (log) of time_a / time_b at each point (see the module docstring)."""
     if not calibrated(exp):

@@ -116,7 +116,9 @@ def _cluster(curve: Curve, nodes: int, nccl_tests: bool, nvls: bool) -> Cluster:
     if nccl_tests:
         intra = intra.with_(base_latency_s=NCCL_BASE_S)
         inter = inter.with_(base_latency_s=NCCL_BASE_S) if inter is not None else None
-    cluster = cluster.with_(intra_node_link=intra, inter_node_link=inter, nvls=nvls)
+    # on the link alone: no curve records its server's PCIe switches and sockets (GTC24's "expected"
+    # busbw sets pcie4's and pcie5's own rate), so a preset's `pcie:` block (`physics.pcie`) is not theirs
+    cluster = cluster.with_(intra_node_link=intra, inter_node_link=inter, nvls=nvls, pcie=None)
     return cluster if curve.p2p is None else cluster.with_(p2p=curve.p2p)
 
 

@@ -158,9 +158,11 @@ def point_log_sd(
     exp: Experiment, plan: PlanSpec, link: LinkSpec, variable: str, values: np.ndarray, t: np.ndarray
 ) -> np.ndarray:
     """Each point's 80% band width in log space (`analyses.bands`)."""
+    from shardwise.analyses.bands import pcie_log_sd
     from shardwise.analyses.bands import point_log_sd as band_sd
 
-    return band_sd(exp, lambda e: times_s(e, plan, link.link, variable, values)[0], t)
+    sd = band_sd(exp, lambda e: times_s(e, plan, link.link, variable, values)[0], t)
+    return pcie_log_sd(exp, plan, link.link, {variable: np.asarray(values, dtype=float)}, sd)
 
 
 def _with_range(c: Crossing, dense: np.ndarray, times: dict[str, np.ndarray], sds: dict[str, np.ndarray]) -> Crossing:

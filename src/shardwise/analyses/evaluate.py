@@ -14,6 +14,7 @@ import numpy as np
 from shardwise import textbook
 from shardwise.analyses.experiment import VARIABLES
 from shardwise.errors import SpecError
+from shardwise.physics.custom_allreduce import is_nvlink_class
 from shardwise.specs import Cluster, Link, Plan, Scenario
 from shardwise.specs.experiment import Experiment, PlanSpec
 from shardwise.specs.hardware import Gpu
@@ -27,7 +28,10 @@ def _cluster(exp: Experiment, link: Link, gpus: Any) -> Cluster:
     inter = exp.inter_node_link if np.any(nodes > 1) else None
     if inter is None and np.any(nodes > 1):
         raise SpecError("more GPUs than one node needs an inter-node link (--inter-link)")
-    cluster = Cluster("experiment", exp.gpu, per_node, nodes, link, inter, host_cpu=exp.host_cpu, nvls=exp.nvls)
+    pcie = None if is_nvlink_class(link) else exp.pcie  # the system's switches and sockets, for a PCIe link
+    cluster = Cluster(
+        "experiment", exp.gpu, per_node, nodes, link, inter, host_cpu=exp.host_cpu, nvls=exp.nvls, pcie=pcie
+    )
     if not exp.calibration:
         return cluster
     from shardwise.calibration.parameters import apply
@@ -193,6 +197,8 @@ def _scenario(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np
         raise SpecError(f"--plan {plan.label!r}: {str(exc).removeprefix('plan: ')}") from None
     return Scenario(model, cluster, plan_), valid
 
+
+scenario_of = _scenario  # (Scenario with array fields, validity mask) of a plan on a link over a grid
 
 SERVING_OUTPUT_LEN = 128  # new tokens per request for --workload decode (context: prompt + half of them)
 

@@ -327,7 +327,8 @@ def _evaluate_block(
     ignore_memory: bool,
 ) -> SweepResult:
     """Every plan on one link over one block of the grid."""
-    from shardwise.analyses.bands import calibrated, point_log_sd
+    from shardwise.analyses.bands import calibrated, pcie_log_sd, point_log_sd
+    from shardwise.physics.custom_allreduce import is_nvlink_class
 
     inputs = dict(zip(names, np.meshgrid(*axes, indexing="ij", sparse=True), strict=True))
     shape = tuple(len(a) for a in axes)
@@ -341,5 +342,7 @@ def _evaluate_block(
         if calibrated(exp):
             price = lambda e, p=plan, i=inputs: evaluate(e, p, link.link, i)[0]  # noqa: E731
             log_sd[key] = point_log_sd(exp, price, times[key])
+        elif not is_nvlink_class(link.link):  # a group over PCIe: wider (`analyses.bands.pcie_log_sd`)
+            log_sd[key] = pcie_log_sd(exp, plan, link.link, inputs, np.full(shape, float(exp.prediction_log_sd)))
     labels = (link.label,), tuple(p.label for p in exp.plans)
     return SweepResult(exp, names, axes, *labels, times, fits, log_sd, parts, ignore_memory)

@@ -213,13 +213,20 @@ def uncalibrated_log_sd_of(cases: list[Case]) -> np.ndarray:
     serving = cases_module.ServingCase if cases_module is not None else ()
     return np.array(
         [
-            serving_log_sd(_gpu_of(c), _family(c))
-            if isinstance(c, serving)
-            else uncalibrated_log_sd(_scenario(c).cluster.gpu, _scenario(c).plan.framework, _family(c))
+            serving_log_sd(_gpu_of(c), _family(c)) if isinstance(c, serving) else _training_log_sd(_scenario(c))
             for c in cases
         ],
         dtype=float,
     )
+
+
+def _training_log_sd(scn: Any) -> float:
+    """A training case's: its stack's, GPU's and family's spread, and PCIe's where a group runs over
+    it (`calibration.link_spread`)."""
+    from shardwise.calibration.link_spread import link_widened_log_sd, over_pcie
+
+    sd = uncalibrated_log_sd(scn.cluster.gpu, scn.plan.framework, model_family(scn.model))
+    return float(np.max(link_widened_log_sd(sd, over_pcie(scn))))
 
 
 def _basis(training: list[Case]) -> str:
@@ -242,7 +249,10 @@ def _basis(training: list[Case]) -> str:
         if len(gpus) == 1
         else "plus the uncertainty of each GPU's efficiency where it was not refitted in those"
     )
-    return f"{what}, {gpu}"
+    from shardwise.calibration.link_spread import BASIS, over_pcie
+
+    pcie = any(bool(np.any(over_pcie(_scenario(c)))) for c in training)
+    return f"{what}, {gpu}" + (f"; {BASIS}" if pcie else "")
 
 
 def _scenario(case: Case) -> Any:

@@ -93,11 +93,12 @@ def cp_step_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> CpComm
     on = cp > 1
     if plan.cp_comm == "p2p" and plan.attention_kernel in TORCH_RING_KERNELS:
         grads = chunk * TORCH_RING_GRAD_BYTES / plan.bytes_per_element
-        gather = fabric.group(plan.cp, place["cp"]).all_gather(chunk * cp)
-        return CpComm(gather_s=np.where(on, gather, 0.0), grad_step_s=np.where(on, fabric.p2p(grads, crosses), 0.0))
+        gather = fabric.group(plan.cp, place["cp"], plan.tp).all_gather(chunk * cp)
+        step = fabric.p2p(grads, crosses, place["cp"], plan.tp)
+        return CpComm(gather_s=np.where(on, gather, 0.0), grad_step_s=np.where(on, step, 0.0))
     if plan.cp_comm == "p2p":
-        return CpComm(np.where(on, fabric.p2p(chunk, crosses), 0.0))
-    group = fabric.group(plan.cp, place["cp"])
+        return CpComm(np.where(on, fabric.p2p(chunk, crosses, place["cp"], plan.tp), 0.0))
+    group = fabric.group(plan.cp, place["cp"], plan.tp)
     if plan.cp_comm == "all_gather":
         whole = chunk * cp  # the gathered keys and values
         return CpComm(

@@ -109,12 +109,12 @@ def collective_prices(
     hybrid = None
     if experts:
         dp = as_float(plan.expert_dp)
-        group = fabric.group(dp, place["edp"])
+        group = fabric.group(dp, place["edp"], as_array(plan.ep) * as_array(plan.expert_tp))  # stride: physics.topology
     else:
         dp = as_float(plan.dp) * as_array(plan.cp)  # CP ranks hold the same weights
         hybrid = hybrid_groups(scn, fabric, dp)
         if hybrid is None:
-            group = fabric.group(dp, place["dpcp"])
+            group = fabric.group(dp, place["dpcp"], plan.tp)
         else:
             dp, group, replica = hybrid
     spmd = as_bool(plan.spmd_grad_reduce)
@@ -191,8 +191,8 @@ def hybrid_groups(scn: Scenario, fabric: Fabric, ranks: Number) -> tuple[Number,
     shards = ifelse(group_size > 0, group_size, ranks)
     replicas = ranks / shards
     tp, per_node = as_array(plan.tp), scn.cluster.gpus_per_node
-    shard = fabric.group(shards, ranks_per_node(shards, tp, per_node))
-    return shards, shard, fabric.group(replicas, ranks_per_node(replicas, tp * shards, per_node))
+    shard = fabric.group(shards, ranks_per_node(shards, tp, per_node), tp)
+    return shards, shard, fabric.group(replicas, ranks_per_node(replicas, tp * shards, per_node), tp * shards)
 
 
 StagePrices = tuple[tuple[dict[str, Number], dict[str, Number] | None], ...]

@@ -185,7 +185,7 @@ def context_gather_s(
     prompt tokens' keys and values (`serving_context_parallel`)."""
     model, plan = scn.model, scn.plan
     c = np.asarray(plan.cp, dtype=float)
-    group = fabric.group(plan.cp, place["cp"])
+    group = fabric.group(plan.cp, place["cp"], plan.tp)
     partial = c * decoding * model.heads / np.asarray(plan.tp) * (model.head_dim + 1) * plan.bytes_per_element
     keys = prompt_tokens * kv_cache_elements_per_token(model, plan.tp) * kvb
     return np.where(decoding > 0, group.all_gather(partial), 0.0) + np.where(

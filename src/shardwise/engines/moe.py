@@ -182,7 +182,7 @@ def experts_parts(
     flex = plan.moe_dispatcher == "flex"
     load = capacity_load(plan.expert_imbalance, factor, padded)  # padded copies travel too
     intra, inter = dispatch_bytes(model, tokens, plan.ep, place["ep"], e, load, dedup=flex)
-    a2a = np.where(sharded, fabric.group(plan.ep, place["ep"]).exchange(intra, inter), 0.0)  # replicated: none
+    a2a = np.where(sharded, fabric.group(plan.ep, place["ep"], etp).exchange(intra, inter), 0.0)  # replicated: none
     etp_group = fabric.group(etp, place["etp"])
     split = np.asarray(etp) > 1
     gather = 2 * np.where(split, etp_group.all_gather(ef.etp_gather_bytes), 0.0)  # and the reduce-scatter
@@ -209,7 +209,7 @@ def experts_parts(
         counts, probs_in, probs_out = dispatch_metadata_bytes(model, tokens, plan.ep, place["ep"])
         size = np.asarray(plan.ep) * np.asarray(etp)
         group = fabric.group(size, np.minimum(np.asarray(place["ep"]) * np.asarray(place["etp"]), size))
-        probs = np.where(sharded, fabric.group(plan.ep, place["ep"]).exchange(probs_in, probs_out), 0.0)
+        probs = np.where(sharded, fabric.group(plan.ep, place["ep"], etp).exchange(probs_in, probs_out), 0.0)
         dispatch_f = dispatch_f + np.where(dispatched & ~padded, group.all_gather(counts), 0.0) + probs
         dispatch_b = dispatch_b + probs  # the probabilities' gradient
     # the host reads the split sizes before the tokens move (`physics.moe_dispatch.SYNC_HOST_OPS`): the GPU waits

@@ -193,7 +193,7 @@ def on_pcie_topology(cluster: Cluster, plan: Plan) -> Cluster:
     widest group inside it sees it (`physics.pcie.group_link`): the TP group, else the replica's
     pipeline (its sends cross the same hops), or the expert group where it is wider. The link
     then already includes any staging through host memory, so the cluster is marked P2P for
-    NCCL's sake, and an engine's own all-reduce kept only where the GPUs really have P2P."""
+    NCCL's sake, an engine's own all-reduce kept only where the GPUs have P2P; the topology dropped."""
     top = cluster.pcie
     if top is None:
         return cluster
@@ -203,7 +203,7 @@ def on_pcie_topology(cluster: Cluster, plan: Plan) -> Cluster:
     group = np.minimum(group, cluster.gpus_per_node)
     link = group_link(top, cluster.intra_node_link, cluster.p2p, group)
     kernel = cluster.custom_all_reduce if cluster.p2p else "none"
-    return cluster.with_(intra_node_link=link, p2p=True, custom_all_reduce=kernel)
+    return cluster.with_(intra_node_link=link, p2p=True, custom_all_reduce=kernel, pcie=None)
 
 
 def kv_cache_free_bytes(

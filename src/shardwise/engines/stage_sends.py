@@ -35,5 +35,8 @@ def stage_send_time_s(scn: Scenario, fabric: Fabric, comm: TpComm, crosses_node:
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
     split = sp | np.asarray(plan.scatter_gather, dtype=bool)
     msg = comm.message_bytes
-    send = fabric.p2p(np.where(split, msg / t, msg), crosses_node)
+    # on a PCIe topology at the ring rate of the stages in a server, tp x cp x dp GPUs apart (`Fabric.p2p`)
+    stride = t * np.asarray(plan.cp) * np.asarray(plan.dp)
+    members = np.minimum(np.asarray(plan.pp), np.maximum(np.asarray(scn.cluster.gpus_per_node) // stride, 2))
+    send = fabric.p2p(np.where(split, msg / t, msg), crosses_node, members, stride)
     return send + np.where(split & ~sp, comm.all_gather, 0.0)

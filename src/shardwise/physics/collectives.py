@@ -81,11 +81,14 @@ from __future__ import annotations
 import numpy as np
 
 from shardwise.arrays import ifelse, minimum, one_value, sqrt
+from shardwise.physics.bus_bandwidth import bus_bandwidth_bytes_per_s, bus_factor  # noqa: F401 (kept importable here)
 from shardwise.physics.custom_allreduce import custom_all_reduce_s, is_nvlink_class, without_p2p
 from shardwise.physics.nccl_tree import tree_bandwidth_share
+from shardwise.physics.pcie import group_link
 from shardwise.specs import Cluster, Link
 from shardwise.specs._checks import Number
 from shardwise.specs.memo import Memo, unwrapped
+from shardwise.specs.pcie import PcieTopology
 
 # NCCL's low-latency protocols (src/graph/tuning.cc, the same in 2.18 and 2.30): per-step latency
 # on NVLink (hwLat, ring), and the share of the link's bus bandwidth each reaches (LL: half, at
@@ -304,27 +307,15 @@ def p2p_time_s(message_bytes: Number, link: Link) -> Number:
     return link.base_latency_s + link.latency_s + message_bytes / link.effective_bandwidth_bytes_per_s
 
 
-def bus_factor(op: str, ranks: Number) -> Number:
-    """nccl-tests' bus bandwidth over algorithm bandwidth (doc/PERFORMANCE.md): 2(p-1)/p for an
-    all-reduce, (p-1)/p for all-gather, reduce-scatter and all-to-all."""
-    if op not in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
-        raise ValueError(f"no bus bandwidth for {op!r}")
-    p = np.asarray(ranks, dtype=float)
-    return (2.0 if op == "all_reduce" else 1.0) * (p - 1) / p
-
-
-def bus_bandwidth_bytes_per_s(op: str, message_bytes: Number, ranks: Number, time_s: Number) -> Number:
-    """nccl-tests' bus bandwidth: the algorithm bandwidth n / t times `bus_factor`."""
-    return message_bytes / time_s * bus_factor(op, ranks)
-
-
 _FABRICS = Memo("fabrics", size=256)
 
 
 class Fabric:
     """The links of one cluster: makes communicator `Group`s and prices point-to-point sends."""
 
-    __slots__ = ("_groups", "all_to_all_scale", "custom", "inter", "inter_p2p", "intra", "intra_p2p", "net_post_s")
+    __slots__ = (
+        "_groups", "all_to_all_scale", "custom", "inter", "inter_p2p", "intra", "intra_p2p", "net_post_s", "pcie"
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -334,8 +325,10 @@ class Fabric:
         all_to_all_scale: Number = 1.0,
         p2p_scale: Number = 1.0,
         net_post_s: Number | None = None,
+        pcie: tuple[PcieTopology, bool] | None = None,
     ) -> None:
         self.intra, self.inter, self.custom, self.net_post_s = intra, inter, custom, net_post_s
+        self.pcie = pcie  # (the server's switches and sockets, P2P at all): each group's ring on them
         self.intra_p2p = on_mesh(intra, 2)  # a send between two GPUs: one link of a mesh
         self.all_to_all_scale = all_to_all_scale
         # a pipeline send across servers: the inter-node link at its own share of the rate
@@ -347,7 +340,9 @@ class Fabric:
     def of(cls, cluster: Cluster) -> Fabric:
         """A cluster's fabric: its links, the server's link as NCCL sees it without P2P when
         `cluster.p2p` is off (or without NVLS when `cluster.nvls` is), and the serving engine's own
-        all-reduce when it has one. One per cluster (`specs.memo`: kept with its groups)."""
+        all-reduce when it has one; on a PCIe server with switches and sockets (`Cluster.pcie`) each
+        group's ring and each pipeline send at the rate `physics.pcie.group_link` gives it (host
+        staging included there). One per cluster (`specs.memo`: kept with its groups)."""
         if cls is not Fabric:
             return cls._build(cluster)
         return _FABRICS.get_or_compute(cluster, lambda: cls._build(cluster))  # type: ignore[no-any-return]
@@ -356,7 +351,8 @@ class Fabric:
     def _build(cls, cluster: Cluster) -> Fabric:
         intra = cluster.intra_node_link
         nvlink = is_nvlink_class(intra)
-        if not cluster.p2p:
+        pcie = (cluster.pcie, bool(cluster.p2p)) if cluster.pcie is not None and not nvlink else None
+        if not cluster.p2p and pcie is None:
             intra = without_p2p(intra)
         if not cluster.nvls:
             intra = intra.with_(nvls_efficiency=0.0)
@@ -370,24 +366,34 @@ class Fabric:
             cluster.inter_node_all_to_all_scale,
             cluster.inter_node_p2p_scale,
             NET_POST_S[cluster.host_cpu],
+            pcie,
         )
 
-    def group(self, ranks: Number, per_node: Number) -> Group:
-        """The collectives of a group of `ranks` ranks, `per_node` of them per server; one Group
-        per fabric and size when both are single numbers (a Group is never changed once built)."""
-        if not (one_value(ranks) and one_value(per_node)):  # arrays: a group per call
-            return self._new_group(ranks, per_node)
-        key = (float(ranks), float(per_node))  # type: ignore[arg-type]
+    def group(self, ranks: Number, per_node: Number, stride: Number = 1) -> Group:
+        """The collectives of a group of `ranks` ranks, `per_node` of them per server, `stride` GPUs
+        apart (read on a PCIe topology only); one Group per fabric and size when all are single
+        numbers (a Group is never changed once built)."""
+        if not (one_value(ranks) and one_value(per_node) and one_value(stride)):  # arrays: a group per call
+            return self._new_group(ranks, per_node, stride)
+        key = (float(ranks), float(per_node), float(stride))  # type: ignore[arg-type]
         group = self._groups.get(key)
         if group is None:
-            group = self._groups[key] = self._new_group(ranks, per_node)
+            group = self._groups[key] = self._new_group(ranks, per_node, stride)
         return group
 
-    def _new_group(self, ranks: Number, per_node: Number) -> Group:
-        return Group(ranks, per_node, self.intra, self.inter, self.custom, self.all_to_all_scale, self.net_post_s)
+    def _new_group(self, ranks: Number, per_node: Number, stride: Number = 1) -> Group:
+        intra = self.intra if self.pcie is None else self._on_pcie(np.minimum(ranks, per_node), stride)
+        return Group(ranks, per_node, intra, self.inter, self.custom, self.all_to_all_scale, self.net_post_s)
 
-    def p2p(self, n_bytes: Number, crosses_node: Number) -> Number:
-        intra = p2p_time_s(n_bytes, self.intra_p2p)
+    def _on_pcie(self, members: Number, stride: Number) -> Link:
+        top, p2p = self.pcie  # type: ignore[misc]
+        return group_link(top, self.intra, p2p, members, stride)
+
+    def p2p(self, n_bytes: Number, crosses_node: Number, members: Number = 2, stride: Number = 1) -> Number:
+        """One send between two GPUs, across servers where `crosses_node`; on a PCIe topology at the
+        ring rate of the `members` GPUs `stride` apart it runs among (a pipeline's stages in a server)."""
+        link = self.intra_p2p if self.pcie is None else self._on_pcie(members, stride)
+        intra = p2p_time_s(n_bytes, link)
         if self.inter is None:
             return intra
         return np.where(crosses_node, p2p_time_s(n_bytes, self.inter_p2p), intra)

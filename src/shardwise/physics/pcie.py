@@ -121,22 +121,34 @@ def _p2p_beyond_switch(top: PcieTopology, p2p: bool, ranks: Number) -> Number:
     return np.asarray(bool(p2p) & (top.p2p_beyond_switch | pair_on_amd))
 
 
-def p2p_reach(top: PcieTopology | None, p2p: bool, ranks: Number) -> Number:
-    """Whether every hop of a group of `ranks` consecutive GPUs runs P2P, by the rule the ring's rate
-    is priced with (`ring_bandwidth_bytes_per_s`): inside a switch where the GPUs have P2P at all,
-    beyond it where `_p2p_beyond_switch`; `p2p` alone on a server without a PCIe block."""
+def members_per_switch_socket(top: PcieTopology, stride: Number = 1) -> tuple[Number, Number]:
+    """A group's members per switch and per socket where they lie `stride` GPUs apart (training's
+    DP, CP and expert groups, Megatron-LM's rank order `physics.topology`; a pipeline's stages):
+    s / stride and c / stride, at least 1 each. The group's ring then has the hops of a group of
+    consecutive GPUs on a server of that many GPUs per switch and socket: members 2 apart on a
+    switch of 4 meet 2 per switch, one hop inside it and one out; members a switch apart, one each."""
+    t = np.maximum(np.asarray(stride, dtype=float), 1.0)
+    s = np.maximum(np.floor(top.gpus_per_switch / t), 1.0)
+    return s, np.maximum(np.floor(top.gpus_per_socket / t / s) * s, s)
+
+
+def p2p_reach(top: PcieTopology | None, p2p: bool, ranks: Number, stride: Number = 1) -> Number:
+    """Whether every hop of a group of `ranks` GPUs (`stride` apart: `members_per_switch_socket`)
+    runs P2P, by the rule the ring's rate is priced with (`ring_bandwidth_bytes_per_s`): inside a
+    switch where the GPUs have P2P at all, beyond it where `_p2p_beyond_switch`; `p2p` alone on a
+    server without a PCIe block."""
     p = np.maximum(np.asarray(ranks, dtype=float), 1.0)
     if top is None:
         return np.full(p.shape, bool(p2p)) if p.ndim else np.asarray(bool(p2p))
-    inside = p <= float(top.gpus_per_switch)
+    inside = p <= members_per_switch_socket(top, stride)[0]
     return bool(p2p) & (inside | _p2p_beyond_switch(top, p2p, p))
 
 
-def ring_bandwidth_bytes_per_s(top: PcieTopology, link: Link, p2p: bool, ranks: Number) -> Number:
-    """Sustained one-direction rate of a ring over `ranks` consecutive GPUs of one server (module
-    docstring); B for a single GPU."""
+def ring_bandwidth_bytes_per_s(top: PcieTopology, link: Link, p2p: bool, ranks: Number, stride: Number = 1) -> Number:
+    """Sustained one-direction rate of a ring over `ranks` GPUs of one server, `stride` apart
+    (consecutive: 1; `members_per_switch_socket`) (module docstring); B for a single GPU."""
     p = np.maximum(np.asarray(ranks, dtype=float), 1.0)
-    s, c = float(top.gpus_per_switch), float(top.gpus_per_socket)
+    s, c = members_per_switch_socket(top, stride)
     b = np.asarray(link.effective_bandwidth_bytes_per_s, dtype=float)
     up = top.uplink_bandwidth_bytes_per_s
     u = b if not np.any(np.asarray(up) > 0) else np.asarray(up, dtype=float) * link.efficiency
@@ -170,10 +182,12 @@ def ring_bandwidth_bytes_per_s(top: PcieTopology, link: Link, p2p: bool, ranks: 
     return np.where(np.isfinite(out), out, b)
 
 
-def group_link(top: PcieTopology, link: Link, p2p: bool, ranks: Number) -> Link:
-    """The server's link as a group of `ranks` GPUs sees it: its sustained rate the ring's
-    (`ring_bandwidth_bytes_per_s`), NCCL's LL protocol only where every hop is P2P."""
-    rate = ring_bandwidth_bytes_per_s(top, link, p2p, ranks)
+def group_link(top: PcieTopology, link: Link, p2p: bool, ranks: Number, stride: Number = 1) -> Link:
+    """The server's link as a group of `ranks` GPUs (`stride` apart) sees it: its sustained rate the
+    ring's (`ring_bandwidth_bytes_per_s`), NCCL's LL protocol only where every hop is P2P. Serving
+    prices its widest group on it (`engines.serving.on_pcie_topology`), training each group and
+    its pipeline's sends (`physics.collectives.Fabric`)."""
+    rate = ring_bandwidth_bytes_per_s(top, link, p2p, ranks, stride)
     direct = np.isclose(rate, np.asarray(link.effective_bandwidth_bytes_per_s, dtype=float))
     ll = np.where(direct, link.ll_bandwidth_bytes_per_s, 0.0)
     return link.with_(

@@ -32,6 +32,7 @@ class SystemTraits:
     p2p: bool = True
     nvls: bool = True
     host_cpu: str = "intel"
+    pcie: Any = None  # specs.pcie.PcieTopology: its switches and sockets, where its preset gives them
 
 
 def system_traits(name: str) -> SystemTraits:
@@ -42,7 +43,7 @@ def system_traits(name: str) -> SystemTraits:
     nic, nics = presets.system_network(name)
     return SystemTraits(
         str(base.name), base.gpu, int(base.gpus_per_node), base.intra_node_link, nic, nics,
-        bool(base.p2p), bool(base.nvls), str(base.host_cpu),
+        bool(base.p2p), bool(base.nvls), str(base.host_cpu), base.pcie,
     )  # fmt: skip
 
 
@@ -153,6 +154,9 @@ def build_cluster(o: dict[str, Any], notes: list[str], cal: Any = None, training
     if host_cpu != cluster.host_cpu:  # the system's host CPU: NCCL's network post per ring step
         cluster = cluster.with_(host_cpu=host_cpu)
     from shardwise.physics.custom_allreduce import is_nvlink_class
+
+    if t.pcie is not None and not is_nvlink_class(intra):  # its PCIe switches and sockets (`physics.pcie`)
+        cluster = cluster.with_(pcie=t.pcie)
 
     if o.get("p2p") == "on" and is_nvlink_class(intra):  # accepted, but it changes nothing (review 45 #10)
         notes.append(f"--p2p on: {intra.name} is NVLink-class, always peer-to-peer; --p2p applies to PCIe GPUs")

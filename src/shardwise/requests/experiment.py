@@ -123,6 +123,8 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
         if notes is not None:
             notes.append(f"calibrated by {cal.path} ({cal.runs} run(s){other})")
             notes += [stack_text] if stack_text else []
+    if not calibration and o["workload"] == "train" and o["cost_model"] == "physical":
+        calibration = _pcie_basis(links, notes)
     recompute = resolve_recompute(o.get("framework"), o.get("recompute"))
     if notes is not None and recompute.every and model.is_moe and o["workload"] == "train":
         notes.append(
@@ -138,6 +140,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
         inter_node_link=hardware["inter_node_link"],
         host_cpu=hardware["host_cpu"],
         nvls=hardware["nvls"],
+        pcie=hardware["pcie"],
         links=links,
         plans=plans,
         batch=o["batch"],
@@ -284,6 +287,26 @@ def _check_default_links(gpu_name: str, links: Any) -> None:
         )
 
 
+def _pcie_basis(links: tuple[Any, ...], notes: list[str] | None) -> dict[str, Any]:
+    """The uncalibrated bands' basis where a compared link is PCIe, and a note saying so: a plan with a
+    TP, CP or data-parallel group over it adds the PCIe collective spread (`analyses.bands.pcie_log_sd`)."""
+    from shardwise.calibration.link_spread import MISSED
+    from shardwise.physics.custom_allreduce import is_nvlink_class
+    from shardwise.specs.experiment import Experiment
+
+    pcie = [lk.label for lk in links if not is_nvlink_class(lk.link)]
+    if not pcie:
+        return {}
+    text = (
+        f"{', '.join(pcie)}: no published training run over PCIe, so a plan with a TP, CP or data-parallel group "
+        f"in a server there has a wider band: plus {MISSED}"
+    )
+    if notes is not None:
+        notes.append(text)
+    default = Experiment.__dataclass_fields__["spread_basis"].default
+    return {"spread_basis": f"{default}; {text}"}
+
+
 def _hardware(o: dict[str, Any]) -> dict[str, Any]:
     """The GPUs of an experiment from --system / --gpu / --num-gpus / --nodes / --gpus-per-node /
     --inter-link / --nics-per-node / --link-latency, with predict's rules (`options.build_cluster`):
@@ -344,6 +367,7 @@ def _hardware(o: dict[str, Any]) -> dict[str, Any]:
         "inter_node_link": inter,
         "host_cpu": host_cpu,
         "nvls": nvls,
+        "pcie": t.pcie,
         "system_link": system_link,
         "latency_s": latency_s,
     }

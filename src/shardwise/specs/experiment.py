@@ -12,6 +12,7 @@ import numpy as np
 from shardwise.calibration.spreads import model_family, serving_log_sd, serving_unmeasured, uncalibrated_log_sd
 from shardwise.specs.hardware import Gpu, Link
 from shardwise.specs.model import Model
+from shardwise.specs.pcie import PcieTopology
 
 WORKLOADS = ("train", "forward", "prefill", "decode")
 COST_MODELS = ("physical", "textbook")
@@ -73,6 +74,7 @@ class Experiment:
     inter_node_link: Link | None = None
     host_cpu: str = "intel"  # the servers' CPU maker: NCCL's network post per ring step (Cluster.host_cpu)
     nvls: bool = True  # may NCCL reduce inside the NVLink switch (Cluster.nvls; a system's `nvls: false`)
+    pcie: PcieTopology | None = None  # a system's PCIe switches and sockets, for its PCIe links (Cluster.pcie)
     links: tuple[LinkSpec, ...] = ()
     plans: tuple[PlanSpec, ...] = ()
     batch: int = 8

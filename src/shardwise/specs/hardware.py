@@ -337,7 +337,7 @@ class Cluster:
     # the serving engine's own all-reduce kernel on small messages ("none": NCCL only)
     custom_all_reduce: str = "none"
     # a PCIe server's switches and sockets (`specs.pcie`; None: one uniform link, as before);
-    # serving prices its groups on it (`physics.pcie`)
+    # training and serving price their groups on it (`physics.pcie`, `physics.collectives.Fabric`)
     pcie: PcieTopology | None = None
     # the servers' host CPU vendor (HOST_CPUS): what NCCL's network proxy pays to post a ring step
     # across servers (`physics.collectives`); Intel's price unless a system preset says otherwise
