@@ -223,6 +223,12 @@ serving_options = _stack(
     help="With --emit: the checkpoint the server loads (needed unless --model is a config.json, whose directory "
     "it takes, or a preset whose checkpoint stores the weights priced).",
 )
+@click.option(
+    "--hf-weights",
+    type=click.Choice(PRECISIONS, case_sensitive=False),
+    help="With --hf-id: what that checkpoint stores its weights in, where it is not read (no local config.json, "
+    "not a preset's); priced unless --weight-precision is given.",
+)
 def serve(
     frontier_path: str | None,
     frontier_link: str,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardwise.emit.checkpoint import check_checkpoint
+from shardwise.emit.checkpoint import check_checkpoint, stored_note
 from shardwise.emit.facts import i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, Node, Var, flag_groups
 from shardwise.specs import Scenario
@@ -134,8 +134,8 @@ def launch(
         + ("its default chunk" if max_batched_tokens is None else f"the chunk priced, {int(budget) * ranks:,} tokens")
         + ", as shardwise reads _handle_gpu_memory_settings), written out so that the server keeps that pool"
     ]
-    if stored is not None and stored.quantised:
-        notes.append(f"weights {wl.weight_precision}: the checkpoint's, read from its config (no --quantization)")
+    if (weights := stored_note("sglang", str(model_id), wl.weight_precision, stored)) is not None:
+        notes.append(weights)
     if dp_attention:
         notes.append(
             f"one server for all {dp} attention ranks (--tp-size {tp * dp}, attention TP {tp}), the experts over "

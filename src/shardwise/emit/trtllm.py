@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardwise.emit.checkpoint import check_checkpoint
+from shardwise.emit.checkpoint import check_checkpoint, stored_note
 from shardwise.emit.facts import i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, flag_groups
 from shardwise.engines.engine_presets import engine
@@ -102,8 +102,8 @@ def launch(
         f"--max_batch_size {per_rank}, --max_num_tokens {int(budget)}: as priced (the engine's buffers and "
         "slots are sized by them); --kv_cache_free_gpu_memory_fraction 0.9 of what weights and buffers leave"
     ]
-    if stored is not None and stored.quantised:
-        notes.append(f"weights {wl.weight_precision}: the checkpoint's, read from its config")
+    if (weights := stored_note("trtllm", str(model_id), wl.weight_precision, stored)) is not None:
+        notes.append(weights)
     yaml: list[str] = []
     if dp_attention:
         yaml.append("enable_attention_dp: true")

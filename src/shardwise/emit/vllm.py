@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardwise.emit.checkpoint import check_checkpoint
+from shardwise.emit.checkpoint import check_checkpoint, stored_note
 from shardwise.emit.facts import i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, Node, Var, flag_groups
 from shardwise.emit.vllm_kv import KvPool
@@ -33,13 +33,6 @@ VERSIONS = ("0.34",)
 KV_DTYPES = {"bf16": "auto", "fp16": "auto", "fp8": "fp8"}
 # weights vLLM quantises itself at load (`--quantization`); the others come pre-quantised
 WEIGHT_QUANTIZATION = {"fp8": "fp8"}
-PREQUANTISED = {
-    "int8": "an int8 checkpoint (GPTQ/compressed-tensors W8A16), detected from its config",
-    "int4": "an int4 checkpoint (AWQ or GPTQ), detected from its config",
-    "nvfp4": "an NVFP4 checkpoint (ModelOpt), detected from its config",
-    "mxfp4": "an MXFP4 checkpoint (e.g. gpt-oss), detected from its config",
-}
-
 TODO = ("weights: the model id must name a checkpoint vLLM can load (Hugging Face id or local directory)",)
 # over several servers: the head server's address, which the user's cluster knows, and a port on it
 HEAD_ADDR = Var("$HEAD_ADDR", "127.0.0.1")
@@ -136,9 +129,9 @@ def launch(
     requests in flight the estimate was asked for (--concurrency), where they size --max-num-seqs.
     `kv_pool`: one replica's KV cache as priced, in vLLM's blocks (`emit.vllm_kv`); --max-model-len is
     the model's context where they hold it (`max_model_len`). `stored`: what the checkpoint stores
-    (`emit.checkpoint.Stored`; None: the user named it), refused where it is not what was priced."""
+    (`emit.checkpoint.Stored`), refused where it is not (or not known to be) what was priced."""
     m, p, wl = scn.model, scn.plan, workload
-    check_checkpoint("vllm", m.name, model_id, wl.weight_precision, stored)  # a pre-quantised one: read from its config
+    check_checkpoint("vllm", m.name, model_id, wl.weight_precision, stored)
     if wl.kv_precision not in KV_DTYPES:
         allowed = ", ".join(KV_DTYPES)
         raise EmitError(
@@ -182,8 +175,8 @@ def launch(
         budget = max(per_replica * i(wl.input_len), priced_len)
     max_len, length_note = max_model_len(m, priced_len, kv_pool, int(budget))
     notes = []
-    if wl.weight_precision in PREQUANTISED:
-        notes.append(f"weights {wl.weight_precision}: {PREQUANTISED[wl.weight_precision]}")
+    if (weights := stored_note("vllm", str(model_id), wl.weight_precision, stored)) is not None:
+        notes.append(weights)
     if dp_attention and nodes:
         notes.append(
             f"one API endpoint for all {dp} data-parallel ranks (attention data-parallel, experts over all GPUs) "

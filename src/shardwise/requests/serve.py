@@ -62,6 +62,7 @@ SERVE_FIELDS = (
     _f("with_frontier", "bool", False),
     _f("emit", "str", None, "vllm", "sglang", "trtllm"),
     _f("hf_id", "str"),
+    _f("hf_weights", "str", None, *STORAGE_PRECISIONS),
 )
 DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_CONCURRENCY = 512, 128, 1
 _OWN = {f.option: f for f in SERVE_FIELDS}
@@ -98,6 +99,7 @@ class ServeRequest:
     with_frontier: bool = False
     emit: str | None = None
     hf_id: str | None = None
+    hf_weights: str | None = None  # what --hf-id stores, where it is not read (`emit.checkpoint.named`)
 
     def __post_init__(self) -> None:
         require(self, "target", TrainingRequest)
@@ -114,6 +116,8 @@ class ServeRequest:
             raise SpecError("--slo-percentile says which percentile --ttft-max/--tpot-max bound; add one of them")
         if self.hf_id is not None and self.emit is None:
             raise SpecError("--hf-id names the checkpoint the --emit server loads; add --emit vllm, sglang or trtllm")
+        if self.hf_weights is not None and self.hf_id is None:
+            raise SpecError("--hf-weights states what the --hf-id checkpoint stores; add --hf-id ORG/NAME")
         if self.emit is not None and self.framework != (engine := SERVING_TARGETS[self.emit]):
             raise SpecError(
                 f"--emit {self.emit} prints {engine} servers, but --framework {self.framework} prices the plans as "
@@ -294,6 +298,11 @@ class ServeRequest:
         given (`requests.checkpoint_weights`, as crossover/sweep take it); None: 16 bits, the GPU's."""
         from shardwise.requests.checkpoint_weights import checkpoint_weights
 
+        if self.weight_precision is None and self.hf_weights not in (None, "bf16", "fp16"):  # the --hf-id's
+            notes.append(
+                f"weights {self.hf_weights}: the checkpoint's, as --hf-weights states; --weight-precision prices another"
+            )
+            return self.hf_weights
         return None if self.weight_precision is not None else checkpoint_weights(self.target.model, notes)
 
     def _stored_field(self) -> str:
@@ -301,6 +310,8 @@ class ServeRequest:
         from shardwise.presets import is_hf_config
 
         name = self.target.model
+        if self.hf_weights is not None:
+            return f"--hf-weights {self.hf_weights}:"
         return (
             f"{name}'s quantization_config:" if is_hf_config(name) else f"{name}'s published checkpoint (hf_weights):"
         )

@@ -184,9 +184,11 @@ def priced(request: Any, s: Any, progress: Callable[..., Any] | None = None) -> 
     }
     launches = {}
     if request.emit:
+        from shardwise.emit.checkpoint import named
+
         reshaped = any(getattr(request.target, k, None) is not None for k in RESHAPING)
         model_id = _model_id(request.target.model, request.hf_id, reshaped)
-        stored = None if request.hf_id else _stored(request.target.model)
+        stored = named(request.hf_id, request.hf_weights) if request.hf_id else _stored(request.target.model)
         launches = {label: _launch(est, request.emit, model_id, stored) for label, est in rows}
     from functools import partial
 
@@ -358,8 +360,8 @@ def _stored(model: str | None) -> Any:
         ) from None
     if model and is_hf_config(model):
         return Stored(found and found.precision, f"{os.path.basename(model)}'s quantization_config")
-    if model and found is None and names_own_hf_id(model):
-        return None  # a model file's own hf_id, its storage unstated (no hf_weights): taken as named, as --hf-id
+    if model and found is None and names_own_hf_id(model):  # its storage unstated: not known, as an --hf-id
+        return Stored(None, f"{os.path.basename(model)} states no hf_weights", known=False)
     return Stored(found and found.precision, "the preset's hf_id" if found is None else "the preset's hf_weights")
 
 
