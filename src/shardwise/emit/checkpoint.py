@@ -5,7 +5,8 @@ A launch's model id is the user's `--hf-id`, the directory of a config.json give
 --hf-id stores is read where it can be (`named`: a local folder's config.json, a preset's own id) or
 stated by the user (`--hf-weights`); else it is not known, and a launch that needs pre-quantised
 weights is refused rather than claimed "detected" (review 50 #1: a bf16 repository launched for int4).
-A server loads what the checkpoint stores: weights priced in int4 but launched from a bf16 checkpoint run at 16 bits, with a smaller KV cache and another speed.
+A server loads what the checkpoint stores: weights priced in int4 but launched from a bf16
+checkpoint run at 16 bits, with a smaller KV cache and another speed.
 The one conversion a server makes itself at load is 16 bits to FP8 (`ONLINE`), where its flag for it
 is written: vLLM's and SGLang's `--quantization fp8` (vLLM `Fp8Config` with
 `is_checkpoint_fp8_serialized` false; SGLang `server_args.py` `--quantization fp8`).

@@ -299,9 +299,7 @@ class ServeRequest:
         from shardwise.requests.checkpoint_weights import checkpoint_weights
 
         if self.weight_precision is None and self.hf_weights not in (None, "bf16", "fp16"):  # the --hf-id's
-            notes.append(
-                f"weights {self.hf_weights}: the checkpoint's, as --hf-weights states; --weight-precision prices another"
-            )
+            notes.append(f"weights {self.hf_weights}: the checkpoint's, as --hf-weights states them")
             return self.hf_weights
         return None if self.weight_precision is not None else checkpoint_weights(self.target.model, notes)
 
