@@ -22,6 +22,7 @@ from typing import Any
 from shardwise.emit.checkpoint import check_checkpoint, stored_note
 from shardwise.emit.facts import i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, flag_groups
+from shardwise.emit.replicas import Replica, replicas
 from shardwise.engines.engine_presets import engine
 from shardwise.specs import Scenario
 
@@ -105,14 +106,16 @@ def launch(
     if (weights := stored_note("trtllm", str(model_id), wl.weight_precision, stored)) is not None:
         notes.append(weights)
     yaml: list[str] = []
+    copies: tuple[Replica, ...] = ()
     if dp_attention:
         yaml.append("enable_attention_dp: true")
         notes.append(
             f"one server for all {dp} attention ranks (enable_attention_dp in {OPTIONS_FILE}), the experts over "
             f"--ep_size {ep}; --max_batch_size and --max_num_tokens are each rank's"
         )
-    elif dp > 1:
-        notes.append(f"{dp} replicas: run this server on each group of {gpus} GPUs behind a load balancer")
+    else:
+        copies, note = replicas("trtllm", dp, gpus, i(scn.cluster.gpus_per_node))
+        notes += [note] if note else []
     if KV_DTYPES[wl.kv_precision]:
         yaml += ["kv_cache_config:", f"  dtype: {KV_DTYPES[wl.kv_precision]}"]
     files = ((OPTIONS_FILE, "\n".join(yaml) + "\n"),) if yaml else ()
@@ -126,4 +129,6 @@ def launch(
         ("--kv_cache_free_gpu_memory_fraction", f"{engine('tensorrt-llm').kv_fraction:g}"),
         ("--extra_llm_api_options", OPTIONS_FILE) if files else None,
     )
-    return Launch("trtllm", version, ("trtllm-serve", model_id), args, files=files, notes=tuple(notes), todo=TODO)
+    return Launch(
+        "trtllm", version, ("trtllm-serve", model_id), args, files=files, notes=tuple(notes), todo=TODO, replicas=copies
+    )

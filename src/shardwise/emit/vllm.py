@@ -24,6 +24,7 @@ from typing import Any
 from shardwise.emit.checkpoint import check_checkpoint, stored_note
 from shardwise.emit.facts import i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, Node, Var, flag_groups
+from shardwise.emit.replicas import Replica, replicas
 from shardwise.emit.vllm_kv import KvPool
 from shardwise.specs import Scenario
 
@@ -185,6 +186,7 @@ def launch(
         )
     elif dp_attention:
         notes.append(f"one server for all {dp} data-parallel ranks (attention data-parallel, experts over all GPUs)")
+    copies: tuple[Replica, ...] = ()
     if dp_attention:
         # vLLM 0.34's backends (config/parallel.py All2AllBackend); deepep_high_throughput turns CUDA graphs
         # off under data parallelism (config/compilation.py), deepep_low_latency keeps them
@@ -196,8 +198,9 @@ def launch(
             f"--max-num-batched-tokens ({buffer / 1e9:.1f} GB per GPU here, not in the priced memory), "
             "--all2all-backend deepep_high_throughput (a copy per server) turns CUDA graphs off under data parallelism"
         )
-    elif dp > 1:
-        notes.append(f"{dp} replicas: run this server on each group of {tp * pp} GPUs behind a load balancer")
+    else:
+        copies, note = replicas("vllm", dp, tp * pp, i(scn.cluster.gpus_per_node))
+        notes += [note] if note else []
     servers = -(-tp * pp // i(scn.cluster.gpus_per_node))
     if servers > 1:  # vLLM's distributed serving: a replica beyond one server runs on a Ray cluster
         notes.append(
@@ -234,5 +237,13 @@ def launch(
     )
     todo = (*TODO, HEAD_TODO) if nodes else TODO
     return Launch(
-        "vllm", version, ("vllm", "serve", model_id), args, env=env, notes=tuple(notes), todo=todo, nodes=nodes
+        "vllm",
+        version,
+        ("vllm", "serve", model_id),
+        args,
+        env=env,
+        notes=tuple(notes),
+        todo=todo,
+        nodes=nodes,
+        replicas=copies,
     )
