@@ -162,7 +162,8 @@ serving_options = _stack(
     ),
     click.option(
         "--framework",
-        type=click.Choice(list(SERVING_FRAMEWORKS), case_sensitive=False),
+        type=click.Choice([*SERVING_FRAMEWORKS, "trtllm"], case_sensitive=False),  # trtllm: --emit's name for it
+        callback=lambda _ctx, _param, v: "tensorrt-llm" if v and v.lower() == "trtllm" else v,
         help="Serving stack, with its version's defaults (engines/engine_presets.py): runtime (tensorrt-llm, vllm, "
         "sglang and llama.cpp run CUDA graphs, fastertransformer cpp-eager, pytorch pytorch-eager), all-reduce "
         "kernel, KV-cache memory rule (TensorRT-LLM 90% of the free memory, vLLM 90% of the GPU, SGLang "

@@ -201,7 +201,7 @@ class ServeRequest:
 
             cluster = cluster.with_(pcie=system(options["system"]).pcie)
         from shardwise.requests.serve_notes import serving_specs
-        from shardwise.requests.serve_plans import EXPERT_PARALLEL_ENGINES, Layouts, experts_run, layouts
+        from shardwise.requests.serve_plans import EXPERT_PARALLEL_ENGINES, Layouts, context_run, experts_run, layouts
 
         given = Layouts(serving_specs(self.plans))
         found = given if self.plans else layouts(cluster, model, self.framework)
@@ -213,6 +213,7 @@ class ServeRequest:
                 "--framework tensorrt-llm, vllm or sglang)"
             )
         notes += experts_run(specs, self.framework) if self.plans else []
+        context_run(specs, self.framework, bool(model.kv_lora_rank))  # engines without cp: refused
         allowed = {"first_stage_layers", "last_stage_layers", "cp", "ep", "etp"}
         for spec in specs:
             extra = [k for k, _ in spec.options if k not in allowed]

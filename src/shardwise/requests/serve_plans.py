@@ -79,6 +79,35 @@ def experts_run(specs: list[Any], framework: str) -> list[str]:
     ]
 
 
+# Context parallelism as engines run it for serving, at the versions `engines.engine_presets` names:
+# llama.cpp has none; SGLang 0.5.6.post2's one is DeepSeek-V3.2's NSA prefill inside one tp=8 server
+# (server_args.py --enable-nsa-prefill-context-parallel), not a cp axis of GPUs; vLLM 0.34's
+# --prefill-context-parallel-size runs only where the attention backend sets supports_pcp, which only
+# latent attention (MLA) does (v1/attention/backend.py MLAAttentionImpl; FlashAttentionImpl does not,
+# and v1/attention/selector.py refuses the backend): the RFC vllm#25749 design `engines.forward` prices.
+CONTEXT_REFUSED = {
+    "llama.cpp": "llama.cpp runs no context parallelism (its GPUs split layers, -sm layer, or rows, -sm row)",
+    "sglang": "SGLang 0.5.6.post2 runs no context parallelism over extra GPUs (its one, "
+    "--enable-nsa-prefill-context-parallel, is DeepSeek-V3.2's prefill inside its tp=8 GPUs)",
+}
+
+
+def context_run(specs: list[Any], framework: str, latent_attention: bool) -> None:
+    """One line refusing the first --plan with cp > 1 under an engine that does not run it for
+    serving (`CONTEXT_REFUSED`; vLLM where the model has no latent attention)."""
+    with_cp = [s for s in specs if dict(s.options).get("cp", 1) > 1]
+    if not with_cp:
+        return
+    why = CONTEXT_REFUSED.get(framework)
+    if framework == "vllm" and not latent_attention:
+        why = (
+            "vLLM 0.34 runs prefill context parallelism (--prefill-context-parallel-size) only with latent "
+            "attention (MLA) backends, which this model has not"
+        )
+    if why:
+        raise SpecError(f"--plan {with_cp[0].label!r}: {why}; give cp=1 (tp, pp and replicas instead)")
+
+
 @dataclass(frozen=True)
 class Layouts:
     """The layouts `serve` compares without --plan (`layouts`): `specs` in table order; `twins`,
