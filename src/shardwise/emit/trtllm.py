@@ -25,6 +25,7 @@ from shardwise.emit.launch import EmitError, Launch, flag_groups
 from shardwise.emit.replicas import Replica, replicas
 from shardwise.engines.engine_presets import engine
 from shardwise.specs import Scenario
+from shardwise.specs.stages import describe_counts, engine_split_counts
 
 VERSIONS = ("1.x",)
 
@@ -55,9 +56,6 @@ def layout(scn: Scenario) -> tuple[bool, int]:
     size = dp if dp_attention else tp
     if m.is_moe and (ep * etp != size or size % ep):
         raise _refuse(f"experts over ep={ep} with expert tp={etp}: TensorRT-LLM splits {size} GPUs, ep x etp = {size}")
-    stages = stage_layers(m, p)
-    if len(set(stages)) > 1:
-        raise _refuse(f"the stage split {stages} is not written for TensorRT-LLM; price equal stages")
     return dp_attention, size
 
 
@@ -118,9 +116,22 @@ def launch(
         notes += [note] if note else []
     if KV_DTYPES[wl.kv_precision]:
         yaml += ["kv_cache_config:", f"  dtype: {KV_DTYPES[wl.kv_precision]}"]
-    files = ((OPTIONS_FILE, "\n".join(yaml) + "\n"),) if yaml else ()
     if pp > 1:
-        notes.append(f"stages of {stage_layers(m, p)[0]} layers each: TensorRT-LLM's even split, as priced")
+        stages = stage_layers(m, p)
+        own = engine_split_counts("tensorrt-llm", i(m.layers), pp) or (i(m.layers) // pp,) * pp
+        if tuple(stages) == own:
+            notes.append(
+                f"stages of {describe_counts(stages)} layers: TensorRT-LLM's own split (Mapping.pp_layers, "
+                "torch.tensor_split: the first ranks one layer more), as priced"
+            )
+        else:
+            yaml.append(f"pp_partition: [{', '.join(str(n) for n in stages)}]")
+            notes.append(
+                f"stages of {describe_counts(stages)} layers as priced: pp_partition in {OPTIONS_FILE} (an LLM API "
+                "field from TensorRT-LLM 1.2, which Mapping.pp_layers splits by; its own split is "
+                f"{describe_counts(list(own))})"
+            )
+    files = ((OPTIONS_FILE, "\n".join(yaml) + "\n"),) if yaml else ()
     args = flag_groups(
         ("--backend", "pytorch"),
         ("--tp_size", str(tp_size), "--pp_size", str(pp)),

@@ -337,12 +337,12 @@ class ServeRequest:
         choices = [(s.workload.weight_precision, s.workload.kv_precision)] if fixed else None
         candidates = None
         if self.plans:
-            candidates = [scenario_of(s.model, s.cluster, spec, s.stages) for spec in s.specs]
+            candidates = [scenario_of(s.model, s.cluster, spec, s.stages, s.workload.engine) for spec in s.specs]
         elif s.layouts is not None and (s.layouts.experts or s.stages):  # the expert layouts; --*-stage-layers
             candidates = []
             for spec in self._searched_specs(s):
                 try:
-                    candidates.append(scenario_of(s.model, s.cluster, spec, s.stages))
+                    candidates.append(scenario_of(s.model, s.cluster, spec, s.stages, s.workload.engine))
                 except SpecError as exc:  # priced as refused, as a --plan is
                     candidates.append((spec.label, exc))
         options = search(

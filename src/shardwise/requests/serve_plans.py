@@ -9,11 +9,15 @@ from typing import Any
 from shardwise.errors import SpecError
 
 
-def scenario_of(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None) -> tuple[str, Any]:
-    return spec.label, scenario(model, cluster, spec, stages)
+def scenario_of(
+    model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None, engine: str = ""
+) -> tuple[str, Any]:
+    return spec.label, scenario(model, cluster, spec, stages, engine)
 
 
-def scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None = None) -> Any:
+def scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None = None, engine: str = "") -> Any:
+    """The Scenario of --plan `spec`; its stages as `stages` or the plan say, else as `engine` splits
+    them itself (`specs.stages.engine_split_counts`: TensorRT-LLM's tensor_split)."""
     from shardwise.engines.serving import plan_for_serving
     from shardwise.errors import SpecError
     from shardwise.specs import Scenario
@@ -31,6 +35,11 @@ def scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None 
         experts["etp"] = serving_expert_tp(int(tp), experts["ep"], experts.get("etp", 0), int(dp))
         raise_first([serving_expert_rule(int(tp), experts["ep"], experts["etp"], int(dp))])
     split = {**(stages or {}), **options} if pp > 1 else {}
+    if pp > 1 and not split:
+        from shardwise.specs.stages import engine_split_counts
+
+        if (counts := engine_split_counts(engine, int(model.layers), int(pp))) is not None:
+            split = {"stage_layers": counts}
     return Scenario(model, cluster, plan_for_serving(int(tp), int(pp), int(dp)).with_(**split, **experts))
 
 
