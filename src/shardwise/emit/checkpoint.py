@@ -33,6 +33,7 @@ class Stored:
     precision: str | None
     where: str
     known: bool = True
+    how: str = "--hf-weights {p}"  # how the user states it, where not known ({p}: the precision)
 
     @property
     def quantised(self) -> bool:
@@ -67,7 +68,7 @@ def check_stored(engine: str, model_id: str, priced: str, stored: Stored | None)
         raise EmitError(
             f"--emit {engine}: weights priced in {priced}, but what {model_id} stores is not known here "
             f"({stored.where}) and {SERVER_NAMES[engine]} loads it as stored; if it stores {priced}, say so with "
-            f"--hf-weights {priced} (or give --hf-id a local folder whose config.json states it)"
+            f"{stored.how.format(p=priced)} (or give --hf-id a local folder whose config.json states it)"
         )
     has = stored.precision or "16-bit"
     if not stored.quantised:
@@ -90,8 +91,7 @@ def stored_note(engine: str, model_id: str, priced: str, stored: Stored | None) 
     if stored is None or (stored.known and not stored.quantised):
         return None
     if stored.known:
-        flag = "" if engine == "trtllm" else "; no --quantization"
-        return f"weights {priced}: {model_id} stores them, as {stored.where} states; loaded as stored{flag}"
+        return f"weights {priced}: {model_id} stores them, as {stored.where} states; the server loads them as stored"
     at_load = f", which {SERVER_NAMES[engine]} converts to {priced} at load" if priced in ONLINE[engine] else ""
     return (
         f"weights {priced}: {model_id} is taken to store 16-bit weights{at_load} (not read here: {stored.where}); "

@@ -362,7 +362,7 @@ def _stored(model: str | None) -> Any:
     if model and is_hf_config(model):
         return Stored(found and found.precision, f"{os.path.basename(model)}'s quantization_config")
     if model and found is None and names_own_hf_id(model):  # its storage unstated: not known, as an --hf-id
-        return Stored(None, f"{os.path.basename(model)} states no hf_weights", known=False)
+        return Stored(None, f"{os.path.basename(model)} states no hf_weights", False, f"`hf_weights: {{p}}` in {model}")
     return Stored(found and found.precision, "the preset's hf_id" if found is None else "the preset's hf_weights")
 
 
