@@ -327,7 +327,9 @@ def test_serve_emit_needs_a_model_id_and_refuses_what_does_not_fit(cli):
     assert code == 2 and out == "" and "--hf-id" in err and err.count("\n") == 1  # its source names no id
     code, out, err = cli([*args, "--plan", "tp=4", "--weight-precision", "fp8", "--json"])
     assert code == 0, err  # the preset's source names its Hugging Face id: vLLM loads that
-    assert json.loads(out)["plans"][0]["launch"]["shell"].count("vllm serve meta-llama/Meta-Llama-3-70B") == 1
+    assert (
+        json.loads(out)["plans"][0]["launch"]["shell"].count("vllm serve meta-llama/Meta-Llama-3-70B") == 2
+    )  # 2 replicas
     code, out, err = cli([*args, "--plan", "tp=4", "--weight-precision", "fp8", "--layers", "40", "--json"])
     assert code == 2 and "--hf-id" in err  # a reshaped preset is not the checkpoint its source names
     code, out, err = cli([*args, "--plan", "tp=4", "--weight-precision", "fp8", "--hf-id", "meta-llama/X", "--json"])

@@ -130,3 +130,14 @@ def test_framework_trtllm_is_tensorrt_llm(cli):
     code, out, err = cli([*args, "--framework", "trtllm"])
     assert code == 0, err
     assert json.loads(out)["engine"]["name"] == "tensorrt-llm"
+
+
+def test_vllm_context_parallelism_of_latent_attention_is_launched_as_priced(cli):
+    """vLLM 0.34 runs PCP with MLA backends: the prompt split over cp ranks, the cache sharded over
+    them and attended on every rank in decode (DCP over the PCP ranks), as `engines.forward` prices."""
+    args = ["serve", "--model", "deepseek-v3", "--system", "dgx-h200", "--nodes", "2", "--plan", "tp=8,cp=2"]
+    code, out, err = cli([*args, "--emit", "vllm", "--json"])
+    assert code == 0, err
+    argv = json.loads(out)["plans"][0]["launch"]["argv"]
+    assert argv[argv.index("--prefill-context-parallel-size") + 1] == "2"
+    assert argv[argv.index("--decode-context-parallel-size") + 1] == "2"

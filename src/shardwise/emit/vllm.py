@@ -140,9 +140,12 @@ def launch(
         )
     if wl.runtime == "cpp-eager":
         raise EmitError("--emit vllm: runtime cpp-eager is not vLLM's; price --runtime graphs or pytorch-eager")
-    if i(p.cp) > 1:
-        raise EmitError("--emit vllm: context parallelism is not emitted for vLLM; price plans without cp")
-    tp, pp, dp = i(p.tp), i(p.pp), i(p.dp)
+    tp, pp, dp, cp = i(p.tp), i(p.pp), i(p.dp), i(p.cp)
+    if cp > 1 and not m.kv_lora_rank:
+        raise EmitError(
+            "--emit vllm: context parallelism: vLLM 0.34's --prefill-context-parallel-size runs only with latent "
+            "attention (MLA) backends; price plans without cp"
+        )
     # data-parallel attention (ep x etp > tp, as `engines.dp_attention` prices it): one server of dp
     # engine ranks whose whole experts spread over all dp x tp GPUs (vLLM --data-parallel-size with
     # --enable-expert-parallel: ep = tp x dp, etp 1)
@@ -151,12 +154,13 @@ def launch(
     dp_attention = m.is_moe and bool(experts_beyond_tp(p))
     whole = i(p.ep) == tp * dp and i(p.expert_tp) == 1
     per_node = i(scn.cluster.gpus_per_node)
-    if dp_attention and (not whole or pp > 1):
+    if dp_attention and (not whole or pp > 1 or cp > 1):
         raise EmitError(
             f"--emit vllm: data-parallel attention with ep={i(p.ep)}"
             + (f", pp={pp}" if pp > 1 else "")
+            + (f", cp={cp}" if cp > 1 else "")
             + f": vLLM's --data-parallel-size with --enable-expert-parallel spreads whole experts over all "
-            f"dp x tp = {tp * dp} GPUs (ep = tp x dp, no pipeline); other layouts are not emitted"
+            f"dp x tp = {tp * dp} GPUs (ep = tp x dp, no pipeline or cp); other layouts are not emitted"
         )
     if dp_attention and tp * dp > per_node and per_node % tp:
         raise EmitError(
@@ -199,9 +203,9 @@ def launch(
             "--all2all-backend deepep_high_throughput (a copy per server) turns CUDA graphs off under data parallelism"
         )
     else:
-        copies, note = replicas("vllm", dp, tp * pp, i(scn.cluster.gpus_per_node))
+        copies, note = replicas("vllm", dp, tp * pp * cp, i(scn.cluster.gpus_per_node))
         notes += [note] if note else []
-    servers = -(-tp * pp // i(scn.cluster.gpus_per_node))
+    servers = -(-tp * pp * cp // i(scn.cluster.gpus_per_node))
     if servers > 1:  # vLLM's distributed serving: a replica beyond one server runs on a Ray cluster
         notes.append(
             f"one replica spans {servers} servers: start a Ray cluster over them first (`ray start --head` on "
@@ -227,6 +231,10 @@ def launch(
         ("--quantization", WEIGHT_QUANTIZATION[wl.weight_precision])
         if wl.weight_precision in WEIGHT_QUANTIZATION and not (stored and stored.quantised)
         else None,
+        # context parallelism as priced (`engines.forward.serving_context_parallel`): the prompt split over cp
+        # ranks, each keeping 1/cp of the cache, which decoding attends to on every rank: PCP with DCP over
+        # the same ranks (config/parallel.py: DCP may span the PCP axis; DCP alone would replicate the cache)
+        ("--prefill-context-parallel-size", str(cp), "--decode-context-parallel-size", str(cp)) if cp > 1 else None,
         ("--data-parallel-size", str(dp)) if dp_attention else None,
         ("--data-parallel-address", HEAD_ADDR) if nodes else None,
         ("--data-parallel-rpc-port", RPC_PORT) if nodes else None,
