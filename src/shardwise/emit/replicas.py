@@ -4,8 +4,9 @@ neither share GPUs nor collide on one port; a load balancer over their endpoints
 as `engines.inflight` prices replicas (each its own queue).
 
 `--port` is each server's own flag, its default the first replica's: vLLM 0.34 `vllm serve --port`
-(default 8000, entrypoints/openai/cli_args.py), SGLang 0.5.6.post2 `--port` (ServerArgs.port 30000),
-trtllm-serve `--port` (default 8000, tensorrt_llm/commands/serve.py). Each engine picks its other
+(FrontendArgs.port 8000, vllm/entrypoints/common/cli_args.py of the PyPI wheel), SGLang 0.5.6.post2
+`--port` (ServerArgs.port 30000, sglang/srt/server_args.py), trtllm-serve `--port` (click option,
+default 8000, tensorrt_llm/commands/serve.py @00209af1). Each engine picks its other
 ports (NCCL, ZMQ, torch.distributed) free at start, so that only the API port is written.
 """
 
