@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from shardwise.cli.options import _stack, alias_option, cluster_options, model_options
+from shardwise.cli.options import AliasChoice, _stack, alias_option, cluster_options, model_options
 from shardwise.cli.output import output_option
 from shardwise.cli.serve_output import OUTPUT_FORMATS
 from shardwise.precisions import STORAGE_PRECISIONS
@@ -162,8 +162,7 @@ serving_options = _stack(
     ),
     click.option(
         "--framework",
-        type=click.Choice([*SERVING_FRAMEWORKS, "trtllm"], case_sensitive=False),  # trtllm: --emit's name for it
-        callback=lambda _ctx, _param, v: "tensorrt-llm" if v and v.lower() == "trtllm" else v,
+        type=AliasChoice(list(SERVING_FRAMEWORKS), {"trtllm": "tensorrt-llm"}),  # trtllm: --emit's name for it
         help="Serving stack, with its version's defaults (engines/engine_presets.py): runtime (tensorrt-llm, vllm, "
         "sglang and llama.cpp run CUDA graphs, fastertransformer cpp-eager, pytorch pytorch-eager), all-reduce "
         "kernel, KV-cache memory rule (TensorRT-LLM 90% of the free memory, vLLM 90% of the GPU, SGLang "
