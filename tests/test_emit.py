@@ -284,9 +284,10 @@ def test_shell_lines_are_quoted():
     scn = _scn("llama3-70b", nodes=1, tp=4, pp=1, dp=2, global_batch=2)
     est = estimate_serving(scn, ServingWorkload(512, 128, 64, "fp8"))
     launch = vllm_launch(est.scenario, est.workload, "my model $(touch pwned)")
-    command = launch.shell().splitlines()[-len(launch.args) - 1 :]
+    command = launch.shell().splitlines()[-len(launch.args) - 2 :]  # the last replica's: its GPUs, its port
     words = shlex.split(" ".join(line.rstrip("\\") for line in command))
-    assert words[:3] == ["vllm", "serve", "my model $(touch pwned)"]
+    assert words[:4] == ["CUDA_VISIBLE_DEVICES=4,5,6,7", "vllm", "serve", "my model $(touch pwned)"]
+    assert words[-2:] == ["--port", "8001"]
     assert "--max-num-batched-tokens" in words and words[words.index("--quantization") + 1] == "fp8"
     with pytest.raises(EmitError, match="--hf-id"):
         vllm_launch(est.scenario, est.workload, None)
@@ -326,13 +327,16 @@ def test_serve_emit_needs_a_model_id_and_refuses_what_does_not_fit(cli):
     assert code == 2 and out == "" and "--hf-id" in err and err.count("\n") == 1  # its source names no id
     code, out, err = cli([*args, "--plan", "tp=4", "--weight-precision", "fp8", "--json"])
     assert code == 0, err  # the preset's source names its Hugging Face id: vLLM loads that
-    assert json.loads(out)["plans"][0]["launch"]["shell"].count("vllm serve meta-llama/Meta-Llama-3-70B") == 1
+    assert (
+        json.loads(out)["plans"][0]["launch"]["shell"].count("vllm serve meta-llama/Meta-Llama-3-70B") == 2
+    )  # 2 replicas
     code, out, err = cli([*args, "--plan", "tp=4", "--weight-precision", "fp8", "--layers", "40", "--json"])
     assert code == 2 and "--hf-id" in err  # a reshaped preset is not the checkpoint its source names
     code, out, err = cli([*args, "--plan", "tp=4", "--weight-precision", "fp8", "--hf-id", "meta-llama/X", "--json"])
     assert code == 0, err
     launch = json.loads(out)["plans"][0]["launch"]
-    assert launch["argv"][:2] == ["--tensor-parallel-size", "4"] and "2 replicas" in launch["notes"][0]
+    assert launch["argv"][:2] == ["--tensor-parallel-size", "4"] and any("2 replicas" in n for n in launch["notes"])
+    assert [(r["devices"], r["port"]) for r in launch["replicas"]] == [("0,1,2,3", 8000), ("4,5,6,7", 8001)]
     code, out, err = cli([*args, "--plan", "tp=1", "--hf-id", "meta-llama/X"])
     assert code == 2 and out == "" and "does not fit" in err and err.count("\n") == 1
 

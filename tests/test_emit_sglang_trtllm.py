@@ -30,6 +30,7 @@ def sglang_parser() -> argparse.ArgumentParser:
     p.add_argument("--nnodes", type=int)
     p.add_argument("--node-rank", type=int)
     p.add_argument("--dist-init-addr")
+    p.add_argument("--port", type=int)
     return p
 
 
@@ -42,6 +43,7 @@ def trtllm_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, type=int)
     p.add_argument("--kv_cache_free_gpu_memory_fraction", type=float)
     p.add_argument("--extra_llm_api_options")
+    p.add_argument("--port", type=int)
     return p
 
 
@@ -52,8 +54,9 @@ def _launches(cli, args: list[str]) -> list[dict]:
 
 
 def _parse(parser: argparse.ArgumentParser, launch: dict, launcher: str) -> argparse.Namespace:
-    """The command as a user copies it from the shell text, parsed after its launcher words."""
-    text = launch["shell"]
+    """The command as a user copies it from the shell text (the first replica's, where several run),
+    parsed after its launcher words."""
+    text = launch["replicas"][0]["command"] if launch["replicas"] else launch["shell"]
     words = shlex.split(text[text.index(launcher) :].replace("\\\n", " "))
     return parser.parse_args(words[len(launcher.split()) :])
 
@@ -81,7 +84,10 @@ def test_sglang_data_parallel_attention_is_one_server_of_every_gpu(cli):
     assert a.moe_a2a_backend == "none"  # what is priced for SGLang (`moe_dispatcher` dp-gather)
     # SGLang divides the chunk and the running cap by --dp-size: the server's are 8 ranks' worth
     assert a.chunked_prefill_size % 8 == 0 and a.max_running_requests == 64
-    assert a.quantization == "fp8"  # --hf-id: the checkpoint as named; fp8 asked of it
+    assert a.quantization is None  # --hf-id: the deepseek-v3 preset's own checkpoint, which stores FP8 (review 50 #1)
+    assert any(
+        "deepseek-ai/DeepSeek-V3 stores them, as the deepseek-v3 preset's checkpoint" in n for n in launch["notes"]
+    )
 
 
 def test_sglang_over_two_servers_gets_node_ranks(cli):

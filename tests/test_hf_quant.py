@@ -140,9 +140,13 @@ def test_emit_refuses_a_bf16_checkpoint_for_pre_quantised_weights(cli, config):
     # fp8: vLLM quantises the 16-bit checkpoint at load (--quantization fp8)
     code, out, err = _launch(cli, ["--model", "llama3.1-8b", "--weight-precision", "fp8"])
     assert code == 0 and "--quantization fp8" in out
-    # the checkpoint the user names is taken as named
+    # the checkpoint the user names: not read here, so int4 weights need --hf-weights (review 50 #1)
     code, out, err = _launch(cli, ["--model", "llama3.1-8b", "--weight-precision", "int4", "--hf-id", "o/awq"])
-    assert code == 0 and "vllm serve o/awq" in out
+    assert code == 2 and out == "" and _one_error(err) and "--hf-weights int4" in err and "detected" not in err
+    code, out, err = _launch(
+        cli, ["--model", "llama3.1-8b", "--weight-precision", "int4", "--hf-id", "o/awq", "--hf-weights", "int4"]
+    )
+    assert code == 0 and "vllm serve o/awq" in out and "as --hf-weights int4 states" in out and "detected" not in out
     # a config.json whose quantization_config matches: its directory, no --quantization (read from it)
     path = config(QUANT["ct-fp8"])
     code, out, err = _launch(cli, ["--model", path])
@@ -157,6 +161,9 @@ def test_a_model_files_own_hf_id_is_taken_as_named(cli, tmp_path):
     checkpoint; one that inherits the preset's id keeps the preset's check; `hf_weights` states it."""
     own = tmp_path / "awq.yaml"
     own.write_text("like: llama3.1-8b\nhf_id: org/llama-awq-int4\n")
+    code, out, err = _launch(cli, ["--model", str(own), "--weight-precision", "int4"])
+    assert code == 2 and _one_error(err) and "not known here" in err  # its storage unstated (review 50 #1)
+    own.write_text("like: llama3.1-8b\nhf_id: org/llama-awq-int4\nhf_weights: int4\n")
     code, out, err = _launch(cli, ["--model", str(own), "--weight-precision", "int4"])
     assert code == 0 and "vllm serve org/llama-awq-int4" in out, err
     stated = tmp_path / "stated.yaml"

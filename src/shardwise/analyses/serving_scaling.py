@@ -369,7 +369,9 @@ def whole_run_tokens_per_s(s: ServeSetting, spec: PlanSpec, traffic: Traffic, mi
     from shardwise.engines.inflight import Replica
     from shardwise.requests.serve_plans import scenario
 
-    replica = Replica(scenario(s.model, s.cluster, spec, s.stages), s.workload, s.max_batched_tokens, mix)
+    replica = Replica(
+        scenario(s.model, s.cluster, spec, s.stages, s.workload.engine), s.workload, s.max_batched_tokens, mix
+    )
     return replica.replicas * replica.run(traffic).run_tokens_per_s
 
 

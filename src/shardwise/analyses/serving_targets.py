@@ -254,11 +254,21 @@ def search(
     (label, scenario, or the SpecError that refused it), default every (tp, pp) of `plans` that
     `searchable` keeps. `traffic`: (requests simulated per load, seed), `serve`'s --requests and --seed."""
     from shardwise.engines.serving import plan_for_serving
+    from shardwise.specs.stages import engine_split_counts
 
     gpus = int(cluster.num_gpus)
-    if candidates is None:
+    if candidates is None:  # each pipeline split as the engine splits it (TensorRT-LLM's tensor_split)
         candidates = [
-            (_label(tp, pp), Scenario(model, cluster, plan_for_serving(tp, pp, gpus // (tp * pp))))
+            (
+                _label(tp, pp),
+                Scenario(
+                    model,
+                    cluster,
+                    plan_for_serving(tp, pp, gpus // (tp * pp)).with_(
+                        stage_layers=engine_split_counts(wl.engine, int(model.layers), pp)
+                    ),
+                ),
+            )
             for tp, pp in plans(gpus, int(cluster.gpus_per_node))
             if searchable(model, wl.engine, tp, pp)
         ]

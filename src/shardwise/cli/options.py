@@ -136,6 +136,21 @@ optimizer_step_option = click.option(
 plan_options = _stack(plan_layout_options, stage_options, execution_options, optimizer_step_option)
 
 
+class AliasChoice(click.Choice):
+    """A click.Choice that also takes `aliases` (another name of one choice: serve's `--framework
+    trtllm`, the --emit name of tensorrt-llm), converted before the check; the choices listed stay
+    the canonical ones (help, the explorer's menus)."""
+
+    def __init__(self, choices: list[str], aliases: dict[str, str]) -> None:
+        super().__init__(choices, case_sensitive=False)
+        self.aliases = aliases
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, str) and value.lower() in self.aliases:
+            value = self.aliases[value.lower()]
+        return super().convert(value, param, ctx)
+
+
 def emit_option(whose: str, where: str = "docs/emit/") -> Any:
     """`predict --emit` and `plan --emit`: the launch command of `whose` plan for a tool."""
     return click.option(

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from shardwise.cli.options import _stack, alias_option, cluster_options, model_options
+from shardwise.cli.options import AliasChoice, _stack, alias_option, cluster_options, model_options
 from shardwise.cli.output import output_option
 from shardwise.cli.serve_output import OUTPUT_FORMATS
 from shardwise.precisions import STORAGE_PRECISIONS
@@ -162,7 +162,7 @@ serving_options = _stack(
     ),
     click.option(
         "--framework",
-        type=click.Choice(list(SERVING_FRAMEWORKS), case_sensitive=False),
+        type=AliasChoice(list(SERVING_FRAMEWORKS), {"trtllm": "tensorrt-llm"}),  # trtllm: --emit's name for it
         help="Serving stack, with its version's defaults (engines/engine_presets.py): runtime (tensorrt-llm, vllm, "
         "sglang and llama.cpp run CUDA graphs, fastertransformer cpp-eager, pytorch pytorch-eager), all-reduce "
         "kernel, KV-cache memory rule (TensorRT-LLM 90% of the free memory, vLLM 90% of the GPU, SGLang "
@@ -222,6 +222,12 @@ serving_options = _stack(
     metavar="ORG/NAME|DIR",
     help="With --emit: the checkpoint the server loads (needed unless --model is a config.json, whose directory "
     "it takes, or a preset whose checkpoint stores the weights priced).",
+)
+@click.option(
+    "--hf-weights",
+    type=click.Choice(PRECISIONS, case_sensitive=False),
+    help="With --hf-id: what that checkpoint stores its weights in, where it is not read (no local config.json, "
+    "not a preset's); priced unless --weight-precision is given.",
 )
 def serve(
     frontier_path: str | None,

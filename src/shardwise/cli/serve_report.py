@@ -324,9 +324,9 @@ def draw_frontier(
         c = cluster.with_(intra_node_link=link)
         lines = {
             spec.label: (
-                frontier_inflight(_scenario(model, c, spec, stages), workload, mix=mix)
+                frontier_inflight(_scenario(model, c, spec, stages, workload.engine), workload, mix=mix)
                 if inflight
-                else frontier(_scenario(model, c, spec, stages), workload)
+                else frontier(_scenario(model, c, spec, stages, workload.engine), workload)
             )
             for spec in specs
         }

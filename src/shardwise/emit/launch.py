@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from shardwise.errors import SpecError
+
+if TYPE_CHECKING:
+    from shardwise.emit.replicas import Replica
 
 
 class EmitError(SpecError):
@@ -93,6 +97,7 @@ class Launch:
     todo: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
     nodes: tuple[Node, ...] = ()
+    replicas: tuple[Replica, ...] = ()  # serving replicas of one server: the command once each (`emit.replicas`)
 
     def node_args(self, node: int = 0) -> Args:
         """The argument groups of server `node`'s command (the shared ones without `nodes`)."""
@@ -111,10 +116,14 @@ class Launch:
     def launcher_argv(self) -> list[str]:
         return [plain(w) for w in self.launcher]
 
-    def command(self, node: int = 0) -> str:
-        """Server `node`'s command as shell text, one argument group a line."""
+    def command(self, node: int = 0, replica: Replica | None = None) -> str:
+        """Server `node`'s command as shell text, one argument group a line; of one `replica`: its
+        GPUs before it and its port after."""
         command = [" ".join(quote(w) for w in self.launcher)]
         command += [" ".join(quote(w) for w in group) for group in self.node_args(node)]
+        if replica is not None:
+            command[0] = f"CUDA_VISIBLE_DEVICES={replica.devices} {command[0]}"
+            command.append(f"--port {replica.port}")
         return " \\\n    ".join(command)
 
     def shell(self) -> str:
@@ -126,6 +135,11 @@ class Launch:
             body = text if text.endswith("\n") else text + "\n"
             lines.append(f"cat > {shlex.quote(name)} <<'SHARDWISE_EOF'\n{body}SHARDWISE_EOF")
         exports = [f"export {k}={shlex.quote(v)}" for k, v in self.env]
+        if self.replicas:
+            lines += exports
+            for r in self.replicas:
+                lines += [f"# {r.role}", self.command(replica=r)]
+            return "\n".join(lines)
         if not self.nodes:
             return "\n".join([*lines, *exports, self.command()])
         for r, node in enumerate(self.nodes):
@@ -147,6 +161,11 @@ class Launch:
             "nodes": [
                 {"node": r, "role": n.role, "argv": self.argv(r, samples=False), "command": self.command(r)}
                 for r, n in enumerate(self.nodes)
+            ],
+            # one entry a replica slot of a server: its GPUs and port (`argv` holds neither)
+            "replicas": [
+                {"devices": r.devices, "port": r.port, "role": r.role, "command": self.command(replica=r)}
+                for r in self.replicas
             ],
             "files": dict(self.files),
             "changes": list(self.changes),

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardwise.emit.checkpoint import check_checkpoint
+from shardwise.emit.checkpoint import check_checkpoint, stored_note
 from shardwise.emit.facts import i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, Node, Var, flag_groups
+from shardwise.emit.replicas import Replica, replicas
 from shardwise.specs import Scenario
 
 VERSIONS = ("0.5.6.post2",)
@@ -134,8 +135,9 @@ def launch(
         + ("its default chunk" if max_batched_tokens is None else f"the chunk priced, {int(budget) * ranks:,} tokens")
         + ", as shardwise reads _handle_gpu_memory_settings), written out so that the server keeps that pool"
     ]
-    if stored is not None and stored.quantised:
-        notes.append(f"weights {wl.weight_precision}: the checkpoint's, read from its config (no --quantization)")
+    if (weights := stored_note("sglang", str(model_id), wl.weight_precision, stored)) is not None:
+        notes.append(weights)
+    copies: tuple[Replica, ...] = ()
     if dp_attention:
         notes.append(
             f"one server for all {dp} attention ranks (--tp-size {tp * dp}, attention TP {tp}), the experts over "
@@ -143,8 +145,9 @@ def launch(
             "rank gathers the group's hidden states), written out; DeepEP's were not priced. SGLang divides "
             f"--chunked-prefill-size and --max-running-requests by --dp-size: {int(budget)} and {per_rank} per rank"
         )
-    elif dp > 1:
-        notes.append(f"{dp} replicas: run this server on each group of {gpus} GPUs behind a load balancer")
+    else:
+        copies, note = replicas("sglang", dp, gpus, i(scn.cluster.gpus_per_node))
+        notes += [note] if note else []
     if nodes:
         notes.append(
             f"one server instance spans {len(nodes)} servers: run the command on each, --node-rank 0 first "
@@ -182,4 +185,6 @@ def launch(
     )
     todo = (*TODO, HEAD_TODO) if nodes else TODO
     launcher = ("python", "-m", "sglang.launch_server", "--model-path", model_id)
-    return Launch("sglang", version, launcher, args, env=env, notes=tuple(notes), todo=todo, nodes=nodes)
+    return Launch(
+        "sglang", version, launcher, args, env=env, notes=tuple(notes), todo=todo, nodes=nodes, replicas=copies
+    )

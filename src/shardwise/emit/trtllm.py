@@ -19,11 +19,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardwise.emit.checkpoint import check_checkpoint
+from shardwise.emit.checkpoint import check_checkpoint, stored_note
 from shardwise.emit.facts import i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, flag_groups
+from shardwise.emit.replicas import Replica, replicas
 from shardwise.engines.engine_presets import engine
 from shardwise.specs import Scenario
+from shardwise.specs.stages import describe_counts, engine_split_counts
 
 VERSIONS = ("1.x",)
 
@@ -54,9 +56,6 @@ def layout(scn: Scenario) -> tuple[bool, int]:
     size = dp if dp_attention else tp
     if m.is_moe and (ep * etp != size or size % ep):
         raise _refuse(f"experts over ep={ep} with expert tp={etp}: TensorRT-LLM splits {size} GPUs, ep x etp = {size}")
-    stages = stage_layers(m, p)
-    if len(set(stages)) > 1:
-        raise _refuse(f"the stage split {stages} is not written for TensorRT-LLM; price equal stages")
     return dp_attention, size
 
 
@@ -102,22 +101,37 @@ def launch(
         f"--max_batch_size {per_rank}, --max_num_tokens {int(budget)}: as priced (the engine's buffers and "
         "slots are sized by them); --kv_cache_free_gpu_memory_fraction 0.9 of what weights and buffers leave"
     ]
-    if stored is not None and stored.quantised:
-        notes.append(f"weights {wl.weight_precision}: the checkpoint's, read from its config")
+    if (weights := stored_note("trtllm", str(model_id), wl.weight_precision, stored)) is not None:
+        notes.append(weights)
     yaml: list[str] = []
+    copies: tuple[Replica, ...] = ()
     if dp_attention:
         yaml.append("enable_attention_dp: true")
         notes.append(
             f"one server for all {dp} attention ranks (enable_attention_dp in {OPTIONS_FILE}), the experts over "
             f"--ep_size {ep}; --max_batch_size and --max_num_tokens are each rank's"
         )
-    elif dp > 1:
-        notes.append(f"{dp} replicas: run this server on each group of {gpus} GPUs behind a load balancer")
+    else:
+        copies, note = replicas("trtllm", dp, gpus, i(scn.cluster.gpus_per_node))
+        notes += [note] if note else []
     if KV_DTYPES[wl.kv_precision]:
         yaml += ["kv_cache_config:", f"  dtype: {KV_DTYPES[wl.kv_precision]}"]
-    files = ((OPTIONS_FILE, "\n".join(yaml) + "\n"),) if yaml else ()
     if pp > 1:
-        notes.append(f"stages of {stage_layers(m, p)[0]} layers each: TensorRT-LLM's even split, as priced")
+        stages = stage_layers(m, p)
+        own = engine_split_counts("tensorrt-llm", i(m.layers), pp) or (i(m.layers) // pp,) * pp
+        if tuple(stages) == own:
+            notes.append(
+                f"stages of {describe_counts(stages)} layers: TensorRT-LLM's own split (Mapping.pp_layers, "
+                "torch.tensor_split: the first ranks one layer more), as priced"
+            )
+        else:
+            yaml.append(f"pp_partition: [{', '.join(str(n) for n in stages)}]")
+            notes.append(
+                f"stages of {describe_counts(stages)} layers as priced: pp_partition in {OPTIONS_FILE} (an LLM API "
+                "field from TensorRT-LLM 1.2, which Mapping.pp_layers splits by; its own split is "
+                f"{describe_counts(list(own))})"
+            )
+    files = ((OPTIONS_FILE, "\n".join(yaml) + "\n"),) if yaml else ()
     args = flag_groups(
         ("--backend", "pytorch"),
         ("--tp_size", str(tp_size), "--pp_size", str(pp)),
@@ -126,4 +140,6 @@ def launch(
         ("--kv_cache_free_gpu_memory_fraction", f"{engine('tensorrt-llm').kv_fraction:g}"),
         ("--extra_llm_api_options", OPTIONS_FILE) if files else None,
     )
-    return Launch("trtllm", version, ("trtllm-serve", model_id), args, files=files, notes=tuple(notes), todo=TODO)
+    return Launch(
+        "trtllm", version, ("trtllm-serve", model_id), args, files=files, notes=tuple(notes), todo=TODO, replicas=copies
+    )

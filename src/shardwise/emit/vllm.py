@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardwise.emit.checkpoint import check_checkpoint
+from shardwise.emit.checkpoint import check_checkpoint, stored_note
 from shardwise.emit.facts import i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, Node, Var, flag_groups
+from shardwise.emit.replicas import Replica, replicas
 from shardwise.emit.vllm_kv import KvPool
 from shardwise.specs import Scenario
 
@@ -33,13 +34,6 @@ VERSIONS = ("0.34",)
 KV_DTYPES = {"bf16": "auto", "fp16": "auto", "fp8": "fp8"}
 # weights vLLM quantises itself at load (`--quantization`); the others come pre-quantised
 WEIGHT_QUANTIZATION = {"fp8": "fp8"}
-PREQUANTISED = {
-    "int8": "an int8 checkpoint (GPTQ/compressed-tensors W8A16), detected from its config",
-    "int4": "an int4 checkpoint (AWQ or GPTQ), detected from its config",
-    "nvfp4": "an NVFP4 checkpoint (ModelOpt), detected from its config",
-    "mxfp4": "an MXFP4 checkpoint (e.g. gpt-oss), detected from its config",
-}
-
 TODO = ("weights: the model id must name a checkpoint vLLM can load (Hugging Face id or local directory)",)
 # over several servers: the head server's address, which the user's cluster knows, and a port on it
 HEAD_ADDR = Var("$HEAD_ADDR", "127.0.0.1")
@@ -136,9 +130,9 @@ def launch(
     requests in flight the estimate was asked for (--concurrency), where they size --max-num-seqs.
     `kv_pool`: one replica's KV cache as priced, in vLLM's blocks (`emit.vllm_kv`); --max-model-len is
     the model's context where they hold it (`max_model_len`). `stored`: what the checkpoint stores
-    (`emit.checkpoint.Stored`; None: the user named it), refused where it is not what was priced."""
+    (`emit.checkpoint.Stored`), refused where it is not (or not known to be) what was priced."""
     m, p, wl = scn.model, scn.plan, workload
-    check_checkpoint("vllm", m.name, model_id, wl.weight_precision, stored)  # a pre-quantised one: read from its config
+    check_checkpoint("vllm", m.name, model_id, wl.weight_precision, stored)
     if wl.kv_precision not in KV_DTYPES:
         allowed = ", ".join(KV_DTYPES)
         raise EmitError(
@@ -146,9 +140,12 @@ def launch(
         )
     if wl.runtime == "cpp-eager":
         raise EmitError("--emit vllm: runtime cpp-eager is not vLLM's; price --runtime graphs or pytorch-eager")
-    if i(p.cp) > 1:
-        raise EmitError("--emit vllm: context parallelism is not emitted for vLLM; price plans without cp")
-    tp, pp, dp = i(p.tp), i(p.pp), i(p.dp)
+    tp, pp, dp, cp = i(p.tp), i(p.pp), i(p.dp), i(p.cp)
+    if cp > 1 and not m.kv_lora_rank:
+        raise EmitError(
+            "--emit vllm: context parallelism: vLLM 0.34's --prefill-context-parallel-size runs only with latent "
+            "attention (MLA) backends; price plans without cp"
+        )
     # data-parallel attention (ep x etp > tp, as `engines.dp_attention` prices it): one server of dp
     # engine ranks whose whole experts spread over all dp x tp GPUs (vLLM --data-parallel-size with
     # --enable-expert-parallel: ep = tp x dp, etp 1)
@@ -157,12 +154,13 @@ def launch(
     dp_attention = m.is_moe and bool(experts_beyond_tp(p))
     whole = i(p.ep) == tp * dp and i(p.expert_tp) == 1
     per_node = i(scn.cluster.gpus_per_node)
-    if dp_attention and (not whole or pp > 1):
+    if dp_attention and (not whole or pp > 1 or cp > 1):
         raise EmitError(
             f"--emit vllm: data-parallel attention with ep={i(p.ep)}"
             + (f", pp={pp}" if pp > 1 else "")
+            + (f", cp={cp}" if cp > 1 else "")
             + f": vLLM's --data-parallel-size with --enable-expert-parallel spreads whole experts over all "
-            f"dp x tp = {tp * dp} GPUs (ep = tp x dp, no pipeline); other layouts are not emitted"
+            f"dp x tp = {tp * dp} GPUs (ep = tp x dp, no pipeline or cp); other layouts are not emitted"
         )
     if dp_attention and tp * dp > per_node and per_node % tp:
         raise EmitError(
@@ -182,8 +180,8 @@ def launch(
         budget = max(per_replica * i(wl.input_len), priced_len)
     max_len, length_note = max_model_len(m, priced_len, kv_pool, int(budget))
     notes = []
-    if wl.weight_precision in PREQUANTISED:
-        notes.append(f"weights {wl.weight_precision}: {PREQUANTISED[wl.weight_precision]}")
+    if (weights := stored_note("vllm", str(model_id), wl.weight_precision, stored)) is not None:
+        notes.append(weights)
     if dp_attention and nodes:
         notes.append(
             f"one API endpoint for all {dp} data-parallel ranks (attention data-parallel, experts over all GPUs) "
@@ -192,6 +190,7 @@ def launch(
         )
     elif dp_attention:
         notes.append(f"one server for all {dp} data-parallel ranks (attention data-parallel, experts over all GPUs)")
+    copies: tuple[Replica, ...] = ()
     if dp_attention:
         # vLLM 0.34's backends (config/parallel.py All2AllBackend); deepep_high_throughput turns CUDA graphs
         # off under data parallelism (config/compilation.py), deepep_low_latency keeps them
@@ -203,9 +202,10 @@ def launch(
             f"--max-num-batched-tokens ({buffer / 1e9:.1f} GB per GPU here, not in the priced memory), "
             "--all2all-backend deepep_high_throughput (a copy per server) turns CUDA graphs off under data parallelism"
         )
-    elif dp > 1:
-        notes.append(f"{dp} replicas: run this server on each group of {tp * pp} GPUs behind a load balancer")
-    servers = -(-tp * pp // i(scn.cluster.gpus_per_node))
+    else:
+        copies, note = replicas("vllm", dp, tp * pp * cp, i(scn.cluster.gpus_per_node))
+        notes += [note] if note else []
+    servers = -(-tp * pp * cp // i(scn.cluster.gpus_per_node))
     if servers > 1:  # vLLM's distributed serving: a replica beyond one server runs on a Ray cluster
         notes.append(
             f"one replica spans {servers} servers: start a Ray cluster over them first (`ray start --head` on "
@@ -231,6 +231,10 @@ def launch(
         ("--quantization", WEIGHT_QUANTIZATION[wl.weight_precision])
         if wl.weight_precision in WEIGHT_QUANTIZATION and not (stored and stored.quantised)
         else None,
+        # context parallelism as priced (`engines.forward.serving_context_parallel`): the prompt split over cp
+        # ranks, each keeping 1/cp of the cache, which decoding attends to on every rank: PCP with DCP over
+        # the same ranks (config/parallel.py: DCP may span the PCP axis; DCP alone would replicate the cache)
+        ("--prefill-context-parallel-size", str(cp), "--decode-context-parallel-size", str(cp)) if cp > 1 else None,
         ("--data-parallel-size", str(dp)) if dp_attention else None,
         ("--data-parallel-address", HEAD_ADDR) if nodes else None,
         ("--data-parallel-rpc-port", RPC_PORT) if nodes else None,
@@ -241,5 +245,13 @@ def launch(
     )
     todo = (*TODO, HEAD_TODO) if nodes else TODO
     return Launch(
-        "vllm", version, ("vllm", "serve", model_id), args, env=env, notes=tuple(notes), todo=todo, nodes=nodes
+        "vllm",
+        version,
+        ("vllm", "serve", model_id),
+        args,
+        env=env,
+        notes=tuple(notes),
+        todo=todo,
+        nodes=nodes,
+        replicas=copies,
     )

@@ -62,6 +62,7 @@ SERVE_FIELDS = (
     _f("with_frontier", "bool", False),
     _f("emit", "str", None, "vllm", "sglang", "trtllm"),
     _f("hf_id", "str"),
+    _f("hf_weights", "str", None, *STORAGE_PRECISIONS),
 )
 DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_CONCURRENCY = 512, 128, 1
 _OWN = {f.option: f for f in SERVE_FIELDS}
@@ -98,6 +99,7 @@ class ServeRequest:
     with_frontier: bool = False
     emit: str | None = None
     hf_id: str | None = None
+    hf_weights: str | None = None  # what --hf-id stores, where it is not read (`emit.checkpoint.named`)
 
     def __post_init__(self) -> None:
         require(self, "target", TrainingRequest)
@@ -114,6 +116,8 @@ class ServeRequest:
             raise SpecError("--slo-percentile says which percentile --ttft-max/--tpot-max bound; add one of them")
         if self.hf_id is not None and self.emit is None:
             raise SpecError("--hf-id names the checkpoint the --emit server loads; add --emit vllm, sglang or trtllm")
+        if self.hf_weights is not None and self.hf_id is None:
+            raise SpecError("--hf-weights states what the --hf-id checkpoint stores; add --hf-id ORG/NAME")
         if self.emit is not None and self.framework != (engine := SERVING_TARGETS[self.emit]):
             raise SpecError(
                 f"--emit {self.emit} prints {engine} servers, but --framework {self.framework} prices the plans as "
@@ -197,7 +201,7 @@ class ServeRequest:
 
             cluster = cluster.with_(pcie=system(options["system"]).pcie)
         from shardwise.requests.serve_notes import serving_specs
-        from shardwise.requests.serve_plans import EXPERT_PARALLEL_ENGINES, Layouts, experts_run, layouts
+        from shardwise.requests.serve_plans import EXPERT_PARALLEL_ENGINES, Layouts, context_run, experts_run, layouts
 
         given = Layouts(serving_specs(self.plans))
         found = given if self.plans else layouts(cluster, model, self.framework)
@@ -209,6 +213,7 @@ class ServeRequest:
                 "--framework tensorrt-llm, vllm or sglang)"
             )
         notes += experts_run(specs, self.framework) if self.plans else []
+        context_run(specs, self.framework, bool(model.kv_lora_rank))  # engines without cp: refused
         allowed = {"first_stage_layers", "last_stage_layers", "cp", "ep", "etp"}
         for spec in specs:
             extra = [k for k, _ in spec.options if k not in allowed]
@@ -294,6 +299,9 @@ class ServeRequest:
         given (`requests.checkpoint_weights`, as crossover/sweep take it); None: 16 bits, the GPU's."""
         from shardwise.requests.checkpoint_weights import checkpoint_weights
 
+        if self.weight_precision is None and self.hf_weights not in (None, "bf16", "fp16"):  # the --hf-id's
+            notes.append(f"weights {self.hf_weights}: the checkpoint's, as --hf-weights states them")
+            return self.hf_weights
         return None if self.weight_precision is not None else checkpoint_weights(self.target.model, notes)
 
     def _stored_field(self) -> str:
@@ -301,6 +309,8 @@ class ServeRequest:
         from shardwise.presets import is_hf_config
 
         name = self.target.model
+        if self.hf_weights is not None:
+            return f"--hf-weights {self.hf_weights}:"
         return (
             f"{name}'s quantization_config:" if is_hf_config(name) else f"{name}'s published checkpoint (hf_weights):"
         )
@@ -327,12 +337,12 @@ class ServeRequest:
         choices = [(s.workload.weight_precision, s.workload.kv_precision)] if fixed else None
         candidates = None
         if self.plans:
-            candidates = [scenario_of(s.model, s.cluster, spec, s.stages) for spec in s.specs]
+            candidates = [scenario_of(s.model, s.cluster, spec, s.stages, s.workload.engine) for spec in s.specs]
         elif s.layouts is not None and (s.layouts.experts or s.stages):  # the expert layouts; --*-stage-layers
             candidates = []
             for spec in self._searched_specs(s):
                 try:
-                    candidates.append(scenario_of(s.model, s.cluster, spec, s.stages))
+                    candidates.append(scenario_of(s.model, s.cluster, spec, s.stages, s.workload.engine))
                 except SpecError as exc:  # priced as refused, as a --plan is
                     candidates.append((spec.label, exc))
         options = search(

@@ -52,7 +52,7 @@ def fit_hint(s: Any, est: Any) -> str:
     found = []
     for text, plan_text, workload in tries:
         try:
-            scn = scenario(s.model, s.cluster, parse_plan_spec(plan_text), s.stages)
+            scn = scenario(s.model, s.cluster, parse_plan_spec(plan_text), s.stages, s.workload.engine)
             other = estimate_serving(scn, workload)
         except SpecError:
             continue

@@ -9,11 +9,15 @@ from typing import Any
 from shardwise.errors import SpecError
 
 
-def scenario_of(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None) -> tuple[str, Any]:
-    return spec.label, scenario(model, cluster, spec, stages)
+def scenario_of(
+    model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None, engine: str = ""
+) -> tuple[str, Any]:
+    return spec.label, scenario(model, cluster, spec, stages, engine)
 
 
-def scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None = None) -> Any:
+def scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None = None, engine: str = "") -> Any:
+    """The Scenario of --plan `spec`; its stages as `stages` or the plan say, else as `engine` splits
+    them itself (`specs.stages.engine_split_counts`: TensorRT-LLM's tensor_split)."""
     from shardwise.engines.serving import plan_for_serving
     from shardwise.errors import SpecError
     from shardwise.specs import Scenario
@@ -31,6 +35,11 @@ def scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None 
         experts["etp"] = serving_expert_tp(int(tp), experts["ep"], experts.get("etp", 0), int(dp))
         raise_first([serving_expert_rule(int(tp), experts["ep"], experts["etp"], int(dp))])
     split = {**(stages or {}), **options} if pp > 1 else {}
+    if pp > 1 and not split:
+        from shardwise.specs.stages import engine_split_counts
+
+        if (counts := engine_split_counts(engine, int(model.layers), int(pp))) is not None:
+            split = {"stage_layers": counts}
     return Scenario(model, cluster, plan_for_serving(int(tp), int(pp), int(dp)).with_(**split, **experts))
 
 
@@ -77,6 +86,35 @@ def experts_run(specs: list[Any], framework: str) -> list[str]:
         f"{framework} runs no expert parallelism (only tensorrt-llm, vllm and sglang do): its plans with ep > 1 "
         "are priced as if it did"
     ]
+
+
+# Context parallelism as engines run it for serving, at the versions `engines.engine_presets` names:
+# llama.cpp has none; SGLang 0.5.6.post2's one is DeepSeek-V3.2's NSA prefill inside one tp=8 server
+# (server_args.py --enable-nsa-prefill-context-parallel), not a cp axis of GPUs; vLLM 0.34's
+# --prefill-context-parallel-size runs only where the attention backend sets supports_pcp, which only
+# latent attention (MLA) does (v1/attention/backend.py MLAAttentionImpl; FlashAttentionImpl does not,
+# and v1/attention/selector.py refuses the backend): the RFC vllm#25749 design `engines.forward` prices.
+CONTEXT_REFUSED = {
+    "llama.cpp": "llama.cpp runs no context parallelism (its GPUs split layers, -sm layer, or rows, -sm row)",
+    "sglang": "SGLang 0.5.6.post2 runs no context parallelism over extra GPUs (its one, "
+    "--enable-nsa-prefill-context-parallel, is DeepSeek-V3.2's prefill inside its tp=8 GPUs)",
+}
+
+
+def context_run(specs: list[Any], framework: str, latent_attention: bool) -> None:
+    """One line refusing the first --plan with cp > 1 under an engine that does not run it for
+    serving (`CONTEXT_REFUSED`; vLLM where the model has no latent attention)."""
+    with_cp = [s for s in specs if dict(s.options).get("cp", 1) > 1]
+    if not with_cp:
+        return
+    why = CONTEXT_REFUSED.get(framework)
+    if framework == "vllm" and not latent_attention:
+        why = (
+            "vLLM 0.34 runs prefill context parallelism (--prefill-context-parallel-size) only with latent "
+            "attention (MLA) backends, which this model has not"
+        )
+    if why:
+        raise SpecError(f"--plan {with_cp[0].label!r}: {why}; give cp=1 (tp, pp and replicas instead)")
 
 
 @dataclass(frozen=True)

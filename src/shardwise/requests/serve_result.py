@@ -184,9 +184,11 @@ def priced(request: Any, s: Any, progress: Callable[..., Any] | None = None) -> 
     }
     launches = {}
     if request.emit:
+        from shardwise.emit.checkpoint import named
+
         reshaped = any(getattr(request.target, k, None) is not None for k in RESHAPING)
         model_id = _model_id(request.target.model, request.hf_id, reshaped)
-        stored = None if request.hf_id else _stored(request.target.model)
+        stored = named(request.hf_id, request.hf_weights) if request.hf_id else _stored(request.target.model)
         launches = {label: _launch(est, request.emit, model_id, stored) for label, est in rows}
     from functools import partial
 
@@ -242,8 +244,9 @@ def _scaling(
             base_scn = scenario(s.model, s.cluster, base, None)
         except SpecError:
             continue
+        scn = scenario(s.model, s.cluster, spec, s.stages, s.workload.engine)
         split = pipeline_scaling(
-            scenario(s.model, s.cluster, spec, s.stages), base_scn, s.workload, s.traffic["max_batched_tokens"],
+            scn, base_scn, s.workload, s.traffic["max_batched_tokens"],
             base.label, s.traffic["mix"], request.seed, s.traffic["requests"],
             ((built or {}).get(label), (built or {}).get(base.label)),
         )  # fmt: skip
@@ -297,7 +300,7 @@ def _frontier(s: Any, label: str) -> dict[str, list[float]]:
     from shardwise.analyses.serving import frontier
 
     spec = next(x for x in s.specs if x.label == label)
-    per_user, per_gpu, batch = frontier(scenario(s.model, s.cluster, spec, s.stages), s.workload)
+    per_user, per_gpu, batch = frontier(scenario(s.model, s.cluster, spec, s.stages, s.workload.engine), s.workload)
     return {
         "tokens_per_s_per_user": per_user.tolist(),
         "tokens_per_s_per_gpu": per_gpu.tolist(),
@@ -309,7 +312,7 @@ def _estimate(s: Any, spec: Any, max_throughput: bool, built: dict[str, Any] | N
     from shardwise.analyses.serving import at_max_batch
     from shardwise.engines.serving import estimate_serving
 
-    scn = scenario(s.model, s.cluster, spec, s.stages)
+    scn = scenario(s.model, s.cluster, spec, s.stages, s.workload.engine)
     if s.traffic is not None:
         from shardwise.engines.inflight import Replica, estimate_inflight
 
@@ -358,8 +361,8 @@ def _stored(model: str | None) -> Any:
         ) from None
     if model and is_hf_config(model):
         return Stored(found and found.precision, f"{os.path.basename(model)}'s quantization_config")
-    if model and found is None and names_own_hf_id(model):
-        return None  # a model file's own hf_id, its storage unstated (no hf_weights): taken as named, as --hf-id
+    if model and found is None and names_own_hf_id(model):  # its storage unstated: not known, as an --hf-id
+        return Stored(None, f"{os.path.basename(model)} states no hf_weights", False, f"`hf_weights: {{p}}` in {model}")
     return Stored(found and found.precision, "the preset's hf_id" if found is None else "the preset's hf_weights")
 
 
@@ -377,14 +380,11 @@ def _launch(est: Any, emit: str | None, model_id: str | None, stored: Any = None
         )
     from shardwise.emit.vllm_kv import kv_pool
 
-    pool = (
-        kv_pool(est) if emit == "vllm" else None
-    )  # a replica's KV cache in vLLM's blocks: what --max-model-len must fit
+    pool = kv_pool(est) if emit == "vllm" else None  # a replica's KV in vLLM's blocks: --max-model-len's fit
     if getattr(est, "batching", "static") != "inflight":
         return vllm_launch(est.scenario, est.workload, model_id, kv_pool=pool, stored=stored, engine=emit).as_dict()
-    # in-flight: the chunk budget it was priced with, and the sequences a replica ran at once
-    # (`engines.inflight.InflightEstimate.running_per_replica`)
-    # TensorRT-LLM's max_batch_size: the one its buffers and slots were priced with (trtllm-bench's)
+    # in-flight: the chunk budget priced, the sequences a replica ran at once (`InflightEstimate.running_per_replica`;
+    # TensorRT-LLM's max_batch_size: the one its buffers and slots were priced with, trtllm-bench's)
     seqs = int(est.max_sequences) if emit == "trtllm" and getattr(est, "max_sequences", 0) else est.running_per_replica
     return vllm_launch(
         est.scenario,

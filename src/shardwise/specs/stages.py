@@ -252,6 +252,18 @@ def _lprobe(prefix: list[int], pp: int, bottleneck: float) -> tuple[list[int], b
     return parts, bsum >= prefix[-1]
 
 
+def engine_split_counts(engine: str, layers: int, pp: int) -> tuple[int, ...] | None:
+    """Layers per stage a serving engine runs unless told (None: the automatic split, which is
+    vLLM's and SGLang's `get_pp_indices`: the extra layers from the second-to-last stage backwards).
+    TensorRT-LLM: `Mapping.pp_layers`, torch.tensor_split(arange(layers), pp), the first
+    layers % pp ranks one layer more (NVIDIA/TensorRT-LLM tensorrt_llm/mapping.py @05ebebb2; with
+    no `pp_partition` given): Llama 3.1 405B at pp = 8, 16 x 6, 15, 15."""
+    if engine != "tensorrt-llm" or pp <= 1 or layers % pp == 0:
+        return None
+    base, extra = divmod(layers, pp)
+    return tuple(base + (1 if r < extra else 0) for r in range(pp))
+
+
 def plan_split(layers: Number, plan: object) -> StageSplit:
     """The split a `Plan` asks for."""
     return stage_split(
