@@ -230,12 +230,14 @@ def describe_experiment(exp: Any, variable: str | None = None, recompute: Any = 
             f"{fixed('hidden', f'hidden {m.hidden}')}, {exp.gpu.peak_flops_per_s_16bit / 1e12:g} TFLOP/s per GPU; "
             f"batch = rows of X (tokens); PP micro-batch min(batch, 4); {textbook_links_words(exp.links)}"
         )
+    from shardwise.requests.experiment_predict import overlap_words
+
     stack = str(exp.plan_defaults.get("framework") or "megatron-core")
     if recompute is not None:
         stack = f"{stack}, recompute {recompute.words(0 if exp.model.is_moe else None)}"
         stack += " unless a plan says recompute=" if recompute.mode != "none" or recompute.every else ""
     work = {
-        "train": f"training step (forward + backward + optimizer) under {stack}; {AS_WRITTEN}",
+        "train": f"training step (forward + backward + optimizer) under {stack}; {AS_WRITTEN}{overlap_words(exp)}",
         "forward": "forward pass latency",
         "prefill": "serving: time to first token of the batch",
         "decode": "serving: time per output token",
