@@ -180,7 +180,8 @@ experiment_options = _stack(
     click.option(
         "--first-stage-layers",
         type=int,
-        help="Layers on the first pipeline stage of every plan with pp > 1 (one plan's: its first= key) [default: even].",
+        help="Layers on the first pipeline stage of every plan with pp > 1 (one plan's: its first= key) "
+        "[default: even].",
     ),
     click.option(
         "--last-stage-layers",
