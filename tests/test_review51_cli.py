@@ -42,3 +42,12 @@ def test_the_gantt_title_names_tp_and_dp_beside_the_pipeline():
     sim = TimelineRequest(req).run().simulated
     title = gantt_title(sim.estimate.scenario, sim.simulation)
     assert title.startswith("gpt-96l-4096h on 64 x a100-sxm4-80gb, tp=8, dp=1, 1f1b, p=8, m=32")
+
+
+def test_wide_layers_says_of_tp_and_pp_only_tp_and_names_zero3():
+    """#14: 'PP cannot help, TP must' ignored ZeRO-3/FSDP, which shards a layer's state too."""
+    from shardwise.analyses.scenarios import run
+
+    report = run("wide-layers", plot=False)
+    assert "of TP and PP, only TP" in report.title
+    assert "ZeRO-3/FSDP" in report.finding and "16 GB each" in report.finding
