@@ -92,6 +92,8 @@ def test_the_header_says_when_sp_on_brought_the_stack_s_tp_overlap(cli):
             43,
         ),
         ({"last_stage_layers": 2, "intra_links": ("x=200GB/s,latency=3us",)}, "layers=16,32", 16),
+        ({"ignore_memory": True, "intra_links": ("PCIe=pcie4",)}, "gpus=8,32", 32),  # across servers: ib-hdr
+        ({"ignore_memory": True, "intra_links": ("NVLink=nvlink3",)}, "hidden=2048,2352", 2352),
     ],
 )
 def test_the_predict_request_of_a_row_gives_crossover_s_time(kw, vary, at):

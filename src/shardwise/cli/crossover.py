@@ -221,11 +221,15 @@ def _in_predict(request: Any, result: Any, c: Any) -> str | None:
     """The predict command that prices the switch's two plans as crossover does (review 51 #7:
     predict takes the stack's sequence parallelism and ZeRO, a crossover plan those it says): the
     first plan's in full, the other's flags in place of its own."""
+    from shardwise.errors import SpecError
     from shardwise.requests.experiment_predict import predict_request
 
     exp = result.experiment
     plans = {p.label: p for p in exp.plans}
-    asked = [predict_request(request, exp, plans[name], c.link, result.variable, c.at) for name in (c.before, c.after)]
+    try:
+        asked = [predict_request(request, exp, plans[n], c.link, result.variable, c.at) for n in (c.before, c.after)]
+    except SpecError:  # a plan predict's flags cannot state: no line rather than a refusal of the crossover
+        return None
     if any(a is None for a in asked):
         return None
     argv = [_flag_pairs(a.to_argv()) for a in asked]

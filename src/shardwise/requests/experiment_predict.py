@@ -88,6 +88,10 @@ def predict_request(request: Any, exp: Any, plan: Any, link_label: str, variable
     else:
         fields[PREDICT_VARIABLES[variable]] = int(value)
     fields.setdefault("global_batch", exp.batch)
+    if gpus > exp.gpus_per_node and not request.system and not request.inter_link:  # the brief's network
+        from shardwise.requests.experiment import BRIEF_INTER_LINK
+
+        fields.update(inter_link=BRIEF_INTER_LINK, nics_per_node=request.nics_per_node or exp.gpus_per_node)
     tp, pp = (gpus if d == "all" else int(d) for d in (plan.tp, plan.pp))
     fields.update(tp=tp, pp=pp)
     own = plan.plan_kwargs()
