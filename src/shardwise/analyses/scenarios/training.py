@@ -327,9 +327,9 @@ def wide_layers(plot: bool) -> ScenarioReport:
         f"One layer of hidden {h} needs {layer_state / 1e9:.0f} GB to train (216 h^2 bytes of weights, gradients and "
         f"Adam state): pipelining {layers} such layers bottoms out at one layer per GPU,\n{min(mem_pp) / 1e9:.0f} GB "
         f"however many GPUs are added; TP=8 splits the layer itself and fits an 80 GB A100 from "
-        f"{int(fits_tp[0]) if len(fits_tp) else '-'} GPUs (TP=8 x PP). Of TP and PP only TP helps; ZeRO-3/FSDP "
-        f"(not priced in this scenario)\nis the other way: it shards the layer's state over 8 data-parallel ranks, "
-        f"{layer_state / 8e9:.0f} GB each. " + verdict(holds)
+        f"{int(fits_tp[0]) if len(fits_tp) else '-'} GPUs (TP=8 x PP): of TP and PP only TP helps (ZeRO-3/FSDP, not "
+        f"priced here, shards the layer's state over 8 data-parallel ranks instead, {layer_state / 8e9:.0f} GB each). "
+        + verdict(holds)
     )
     fig = None
     if plot:
