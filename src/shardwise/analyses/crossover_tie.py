@@ -8,16 +8,13 @@ experiment, where `sensitivity` gives ratios 0.82 (0.74-0.90) and 1.16 (1.05-1.2
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from shardwise.analyses.evaluate import times_s
 from shardwise.calibration.spreads import Z80
 from shardwise.specs.experiment import Experiment, LinkSpec, PlanSpec
-
-if TYPE_CHECKING:
-    from shardwise.analyses.crossover import Crossing
 
 
 def ratio_sd(
@@ -26,7 +23,7 @@ def ratio_sd(
     variable: str,
     dense: np.ndarray,
     plans: dict[str, PlanSpec],
-    c: Crossing,
+    c: Any,  # analyses.crossover.Crossing
     priced: dict[tuple[str, str], Any],
 ) -> np.ndarray:
     """The 80% band width (log) of time(before) / time(after) on the dense grid: the spread of two
@@ -46,9 +43,10 @@ def ratio_sd(
     )
 
 
-def with_tie_range(c: Crossing, dense: np.ndarray, times: dict[str, np.ndarray], sd: np.ndarray) -> Crossing:
-    """The crossing with the span of the variable around it where the two plans tie: the 80%
-    interval of their time ratio, r exp(+-z sd_ratio), holds 1, |ln(t_before / t_after)| <= z sd_ratio."""
+def with_tie_range(c: Any, dense: np.ndarray, times: dict[str, np.ndarray], sd: np.ndarray) -> Any:
+    """The crossing `c` (`analyses.crossover.Crossing`) with the span of the variable around it
+    where the two plans tie: the 80% interval of their time ratio, r exp(+-z sd_ratio), holds 1,
+    |ln(t_before / t_after)| <= z sd_ratio."""
     from dataclasses import replace
 
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -208,6 +208,21 @@ def stack_layout_fields(req: Any) -> dict[str, Any]:
     return {"stack_layout": stack_layout(req.framework)} if train else {}
 
 
+def overlap_words(exp: Any) -> str:
+    """'; sp=on brings megatron-core's TP comm overlap ...' where a plan with tp > 1 says sp=on and
+    the stack overlaps TP collectives with their GEMMs (its `tp_comm_overlap`); else ''."""
+    if exp.workload != "train" or exp.cost_model == "textbook" or not exp.plan_defaults.get("tp_comm_overlap"):
+        return ""
+    sp = [p.label for p in exp.plans if p.plan_kwargs().get("sequence_parallel") and p.tp != 1]
+    if not sp:
+        return ""
+    stack = exp.plan_defaults.get("framework") or "megatron-core"
+    return (
+        f"; {' and '.join(sp)}: sequence parallelism and with it {stack}'s TP comm overlap (Transformer Engine "
+        "userbuffers, predict's --tp-comm-overlap)"
+    )
+
+
 def describe_experiment(exp: Any, variable: str | None = None, recompute: Any = None) -> str:
     """One paragraph: what was held fixed (the swept variable is named as such); `recompute`: the
     `presets.stack_defaults.RecomputeChoice` priced, named for a training step."""
@@ -230,8 +245,6 @@ def describe_experiment(exp: Any, variable: str | None = None, recompute: Any = 
             f"{fixed('hidden', f'hidden {m.hidden}')}, {exp.gpu.peak_flops_per_s_16bit / 1e12:g} TFLOP/s per GPU; "
             f"batch = rows of X (tokens); PP micro-batch min(batch, 4); {textbook_links_words(exp.links)}"
         )
-    from shardwise.requests.experiment_predict import overlap_words
-
     stack = str(exp.plan_defaults.get("framework") or "megatron-core")
     if recompute is not None:
         stack = f"{stack}, recompute {recompute.words(0 if exp.model.is_moe else None)}"

@@ -4,11 +4,11 @@
 stack's defaults (Megatron-Core: SP on wherever tp > 1, the distributed optimizer), so
 `predict --tp 8` is not crossover's `tp=8` unless told `--no-sequence-parallel --zero 0`. And
 `sp=on` brings the stack's Transformer Engine TP overlap with it (`Plan.tp_comm_overlap`, priced
-only with SP: `engines.costs`), which predict turns on the same way: the header says so.
+only with SP: `engines.costs`), which predict turns on the same way: the header says so
+(`requests.experiment.overlap_words`).
 
-- `overlap_words`: the header's clause where a plan's `sp=on` brought the stack's TP overlap.
-- `predict_request`: the `PredictRequest` of one plan on one link at one value of the swept
-  variable (batch, layers, hidden, seq_len or gpus), priced as crossover prices it.
+`predict_request`: the `PredictRequest` of one plan on one link at one value of the swept
+variable (batch, layers, hidden, seq_len or gpus), priced as crossover prices it.
 """
 
 from __future__ import annotations
@@ -33,21 +33,6 @@ _PLAN_KEYS = {
     "recompute": "recompute",
     "sequence_parallel": "sequence_parallel",
 }
-
-
-def overlap_words(exp: Any) -> str:
-    """'; sp=on brings megatron-core's TP comm overlap ...' where a plan with tp > 1 says sp=on and
-    the stack overlaps TP collectives with their GEMMs (its `tp_comm_overlap`); else ''."""
-    if exp.workload != "train" or exp.cost_model == "textbook" or not exp.plan_defaults.get("tp_comm_overlap"):
-        return ""
-    sp = [p.label for p in exp.plans if p.plan_kwargs().get("sequence_parallel") and p.tp != 1]
-    if not sp:
-        return ""
-    stack = exp.plan_defaults.get("framework") or "megatron-core"
-    return (
-        f"; {' and '.join(sp)}: sequence parallelism and with it {stack}'s TP comm overlap (Transformer Engine "
-        "userbuffers, predict's --tp-comm-overlap)"
-    )
 
 
 def predict_request(request: Any, exp: Any, plan: Any, link_label: str, variable: str, value: float) -> Any:
