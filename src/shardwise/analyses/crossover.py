@@ -24,6 +24,7 @@ from itertools import combinations
 
 import numpy as np
 
+from shardwise.analyses.crossover_tie import ratio_sd, with_tie_range
 from shardwise.analyses.evaluate import evaluate_parts, times_s
 from shardwise.analyses.experiment import VARIABLES
 from shardwise.calibration.spreads import Z80
@@ -58,7 +59,7 @@ class Crossing:
     exact: bool
     winner_change: bool  # True: the fastest of all plans changes here
     time_s: float = float("nan")  # plan `after`'s time (the result's unit) at `at`, where both meet
-    # where the two plans' 80% bands overlap around `at` (the crossover at this confidence)
+    # where the 80% interval of the two plans' time ratio holds 1 around `at` (a tie at this confidence)
     range_low: float = float("nan")
     range_high: float = float("nan")
 
@@ -139,9 +140,9 @@ def run_crossover(exp: Experiment, variable: str, values: np.ndarray, ignore_mem
             series.append(Series(plan.label, link.label, t, fits, sd))
     crossings: list[Crossing] = []
     for link in exp.links:
-        times, sds, valid = {}, {}, {}
+        times, valid = {}, {}
         for plan in exp.plans:
-            t, fits, sds[plan.label] = priced[(link.label, plan.label)]
+            t, fits, _ = priced[(link.label, plan.label)]
             times[plan.label] = np.where(~np.isnan(t) & (fits | ignore_memory), t, np.nan)
             valid[plan.label] = ~np.isnan(t)
         found = _winner_changes(exp, link, variable, dense, times, ignore_memory, valid)
@@ -149,7 +150,10 @@ def run_crossover(exp: Experiment, variable: str, values: np.ndarray, ignore_mem
             for c in _pair_crossings(exp, link, a, b, variable, dense, times, ignore_memory):
                 if not any(_same(c, w) for w in [*crossings, *found]):
                     found.append(c)
-        crossings += [_with_range(c, dense, times, sds) for c in found]
+        plans = {p.label: p for p in exp.plans}
+        crossings += [
+            with_tie_range(c, dense, times, ratio_sd(exp, link, variable, dense, plans, c, priced)) for c in found
+        ]
     kept = dense if keep_parts else None
     return CrossoverResult(exp, variable, values, tuple(series), tuple(crossings), ignore_memory, kept, parts)
 
@@ -163,26 +167,6 @@ def point_log_sd(
 
     sd = band_sd(exp, lambda e: times_s(e, plan, link.link, variable, values)[0], t)
     return pcie_log_sd(exp, plan, link.link, {variable: np.asarray(values, dtype=float)}, sd)
-
-
-def _with_range(c: Crossing, dense: np.ndarray, times: dict[str, np.ndarray], sds: dict[str, np.ndarray]) -> Crossing:
-    """The crossing with the span of the variable around it where the two plans' 80% bands
-    overlap: |ln(t_before / t_after)| <= z (sd_before + sd_after) (each band is t exp(+-z sd))."""
-    from dataclasses import replace
-
-    with np.errstate(divide="ignore", invalid="ignore"):
-        gap = np.abs(np.log(times[c.before] / times[c.after]))
-    overlap = gap <= Z80 * (sds[c.before] + sds[c.after])  # NaN (a plan infeasible) is False
-    i = int(np.clip(np.searchsorted(dense, c.at), 0, len(dense) - 1))
-    near = [j for j in (i - 1, i) if 0 <= j < len(dense) and overlap[j]]
-    if not near:  # the bands never overlap here: a clear switch at this confidence
-        return c
-    lo = hi = near[0]
-    while lo > 0 and overlap[lo - 1]:
-        lo -= 1
-    while hi < len(dense) - 1 and overlap[hi + 1]:
-        hi += 1
-    return replace(c, range_low=float(min(dense[lo], c.at)), range_high=float(max(dense[hi], c.at)))
 
 
 def _dense_grid(variable: str, values: np.ndarray) -> np.ndarray:
@@ -372,8 +356,8 @@ def crossing_breakdown(result: CrossoverResult, c: Crossing) -> dict[str, dict[s
 
 
 def describe_crossing(c: Crossing, variable: str) -> str:
-    """'NVLink: tp=8 is faster below batch 11, pp=8 from 11 on (a tie within the 80% bands from
-    batch 7 to 16)'."""
+    """'NVLink: tp=8 is faster below batch 11, pp=8 from 11 on (a tie within the 80% interval of their
+    ratio from batch 9 to 13)'."""
     from shardwise.analyses.experiment import DISPLAY_SCALE, DISPLAY_UNIT, SHORT_NAME
 
     scale = DISPLAY_SCALE.get(variable, 1.0)
@@ -382,9 +366,9 @@ def describe_crossing(c: Crossing, variable: str) -> str:
     ranged = ""
     if c.range_low == c.range_low and c.range_high > c.range_low:
         low, high = c.range_low * scale, c.range_high * scale
-        ranged = f" (a tie within the 80% bands from {name} {low:.4g} to {high:.4g}{unit})"
+        ranged = f" (a tie within the 80% interval of their ratio from {name} {low:.4g} to {high:.4g}{unit})"
     elif c.range_low == c.range_low:
-        ranged = f" (a tie within the 80% bands at {name} {c.range_low * scale:.4g}{unit})"
+        ranged = f" (a tie within the 80% interval of their ratio at {name} {c.range_low * scale:.4g}{unit})"
     if VARIABLES[variable].integer and c.exact:
         return f"{c.link}: {c.before} is faster below {name} {value:g}, {c.after} from {value:g}{unit} on{ranged}"
     if VARIABLES[variable].integer:

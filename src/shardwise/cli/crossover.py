@@ -82,7 +82,7 @@ def crossover(
     if as_json:
         click.echo(_document(answer, "x.json"), nl=False)
     elif output_path != output.STDOUT:
-        _print(result, all_rows or len(result.values) <= 12, assumptions, figure)
+        _print(result, all_rows or len(result.values) <= 12, assumptions, figure, request.experiment)
         if output_path is not None:
             click.echo(f"series written to {output_path}")
 
@@ -154,7 +154,7 @@ def _rows_to_show(result: Any, all_rows: bool) -> list[int]:
     return sorted(keep)
 
 
-def _print(result: Any, all_rows: bool, assumptions: str, figure: Any) -> None:
+def _print(result: Any, all_rows: bool, assumptions: str, figure: Any, request: Any = None) -> None:
     from rich.table import Table
 
     from shardwise.analyses.crossover import describe_crossing
@@ -196,6 +196,7 @@ def _print(result: Any, all_rows: bool, assumptions: str, figure: Any) -> None:
     if not result.ignore_memory and any((~s.fits & (s.time_s == s.time_s)).any() for s in result.series):
         out.print("[dim]plans that do not fit are not counted as faster (--ignore-memory to compare anyway)[/]")
     out.print()
+    shown_predict = request is None
     for link in links:
         changes = result.winner_changes(link)
         if not changes:
@@ -205,12 +206,48 @@ def _print(result: Any, all_rows: bool, assumptions: str, figure: Any) -> None:
             _print_why(out, result, c)
             if (note := _memory_note(result, c)) is not None:
                 out.print(f"    [dim]{note}[/]")
+            if not shown_predict and (line := _in_predict(request, result, c)) is not None:
+                out.print(f"    [dim]{line}[/]")
+                shown_predict = True
         for c in result.pair_crossings(link):
             out.print(f"  (not the fastest there) {describe_crossing(c, result.variable)}")
     if exp.cost_model == "textbook":
         _print_worked_example(out)
     if figure is not None:
         out.print(f"\nfigure: {figure}")
+
+
+def _in_predict(request: Any, result: Any, c: Any) -> str | None:
+    """The predict command that prices the switch's two plans as crossover does (review 51 #7:
+    predict takes the stack's sequence parallelism and ZeRO, a crossover plan those it says): the
+    first plan's in full, the other's flags in place of its own."""
+    from shardwise.errors import SpecError
+    from shardwise.requests.experiment_predict import predict_request
+
+    exp = result.experiment
+    plans = {p.label: p for p in exp.plans}
+    try:
+        asked = [predict_request(request, exp, plans[n], c.link, result.variable, c.at) for n in (c.before, c.after)]
+    except SpecError:  # a plan predict's flags cannot state: no line rather than a refusal of the crossover
+        return None
+    if any(a is None for a in asked):
+        return None
+    argv = [_flag_pairs(a.to_argv()) for a in asked]
+    mine = [f for f in argv[0] if f not in argv[1]]
+    theirs = [f for f in argv[1] if f not in argv[0]]
+    swap = " ".join(" ".join(f) for f in theirs) + " in place of " + " ".join(" ".join(f) for f in mine)
+    return f"in predict: {asked[0].command()} ({c.before}; {c.after}: {swap})"
+
+
+def _flag_pairs(argv: list[str]) -> list[tuple[str, ...]]:
+    """predict's arguments as (flag,) or (flag, value) tuples."""
+    out: list[tuple[str, ...]] = []
+    for token in argv[1:]:  # after "predict"
+        if token.startswith("--"):
+            out.append((token,))
+        else:
+            out[-1] = (*out[-1], token)
+    return out
 
 
 def _throughout(winners: list[str]) -> str:

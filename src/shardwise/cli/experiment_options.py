@@ -118,7 +118,8 @@ experiment_options = _stack(
         multiple=True,
         metavar="tp=N[,pp=N,...]",
         help="A plan to compare (repeat): tp, pp (a number or 'all'), vpp, mb, schedule, recompute, sp, zero, "
-        "shard (hybrid sharding group), ep, etp (mixture of experts). [default: tp=8 pp=8]",
+        "shard (hybrid sharding group), first and last (layers on the first / last pipeline stage, e.g. "
+        "pp=8,last=2), ep, etp (mixture of experts). [default: tp=8 pp=8]",
     ),
     alias_option(
         "--global-batch",
@@ -177,10 +178,15 @@ experiment_options = _stack(
         "file of your own (`like: fsdp` and the fields that differ).",
     ),
     click.option(
-        "--first-stage-layers", type=int, help="Layers on the first pipeline stage of every plan [default: even]."
+        "--first-stage-layers",
+        type=int,
+        help="Layers on the first pipeline stage of every plan with pp > 1 (one plan's: its first= key) "
+        "[default: even].",
     ),
     click.option(
-        "--last-stage-layers", type=int, help="Layers on the last pipeline stage of every plan [default: even]."
+        "--last-stage-layers",
+        type=int,
+        help="Layers on the last pipeline stage of every plan with pp > 1 (one plan's: its last= key) [default: even].",
     ),
     click.option(
         "--ignore-memory",

@@ -209,6 +209,8 @@ def _print(
         for cells in rows:
             table.add_row(*cells)
         out.print(table)
+        for line in _why_none(exp, title, curves, max_batch):
+            out.print(f"[dim]{line}[/]")
     for link, base, bars in tornadoes:
         lo, hi = bars[0].band("base")
         tie = " [bold]The interval includes 1: a tie at this confidence.[/]" if lo <= 1.0 <= hi else ""
@@ -244,6 +246,31 @@ def _print(
         out.print(f"[dim]invalid: a plan's layout is not possible there ({why})[/]")
     for f in figures:
         out.print(f"figure: {f}")
+
+
+def _why_none(exp: Any, variable: str, curves: Any, max_batch: int) -> list[str]:
+    """Why a row reads 'no feasible batch' (review 51 #10: it read like memory where the width's
+    heads do not split over tp=8, the rule crossover refuses such a width with): the layout rule a
+    plan breaks there (`analyses.evaluate.why_invalid`), else that neither plan fits at any batch."""
+    import numpy as np
+
+    from shardwise.analyses.evaluate import why_invalid
+
+    out = []
+    for j, v in enumerate(curves[0].values):
+        if all(c.winner_at_batch_1[j] for c in curves):
+            continue
+        broken = [
+            f"{p.label} is invalid ({rule})"
+            for p in exp.plans
+            if (rule := why_invalid(exp, p, exp.links[0].link, {variable: np.array([float(v)])})) is not None
+        ]
+        why = (
+            "; ".join(broken)
+            or f"no plan fits in GPU memory at any batch to {max_batch} (--ignore-memory compares times)"
+        )
+        out.append(f"no feasible batch at {variable} {v:g}: {why}")
+    return out
 
 
 def _no_crossing(curve: Any, j: int, max_batch: int) -> str:

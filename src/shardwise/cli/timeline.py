@@ -56,12 +56,7 @@ def timeline(plot_path: str | None, no_plot: bool, trace_path: str | None, as_js
     if figure_path is not None:
         from shardwise import plots
 
-        title = (
-            f"{scn.model.name} on {int(scn.cluster.num_gpus)} x {scn.cluster.gpu.name}, {sim.schedule}, "
-            f"p={sim.p}, m={sim.m}"
-            + (f", v={sim.v}" if sim.v > 1 else "")
-            + f": step {sim.makespan_s:.3g} s, stages idle {sim.mean_stage_idle_fraction:.1%} (mean)"
-        )
+        title = gantt_title(scn, sim)
         unit, label = (1e-3, "ms") if sim.makespan_s < 1 else (1.0, "s")
         figure = plots.save(plots.gantt(sim, title, unit, label), figure_path, tight=False)
     if trace_path is not None:
@@ -167,3 +162,19 @@ def _after_pipeline(sim_step: Any) -> str:
     if KIND_NAMES.index("embedding-sync") in kinds:
         return "the tied embeddings' gradient sync (first and last stage) and the optimizer" + tail
     return "the optimizer" + tail
+
+
+def gantt_title(scn: Any, sim: Any) -> str:
+    """The Gantt chart's title: the model, the GPUs, the whole layout (review 51 #13: with only p
+    and m, `--tp 8 --pp 8` read as pure PP) and the schedule, then the step and the idle share."""
+    layout = ", ".join(
+        f"{name}={int(getattr(scn.plan, name))}"
+        for name in ("tp", "cp", "dp")
+        if name != "cp" or int(getattr(scn.plan, name)) > 1
+    )
+    return (
+        f"{scn.model.name} on {int(scn.cluster.num_gpus)} x {scn.cluster.gpu.name}, {layout}, {sim.schedule}, "
+        f"p={sim.p}, m={sim.m}"
+        + (f", v={sim.v}" if sim.v > 1 else "")
+        + f": step {sim.makespan_s:.3g} s, stages idle {sim.mean_stage_idle_fraction:.1%} (mean)"
+    )

@@ -113,7 +113,8 @@ def x_label(result: CrossoverResult) -> str:
     return str(VARIABLES[result.variable].label)
 
 
-# the span around a change of the fastest plan where the two plans' 80% intervals overlap: hatched,
+# the span around a change of the fastest plan where the 80% interval of the two plans' time ratio holds 1
+# (`analyses.crossover_tie`, review 51 #3): hatched,
 # so that it is not read as the grey swatch of the bands around the lines (drawn in the lines' colours);
 # one hatch per link (review 36: two links' zones looked alike and the legend named neither)
 TIE_COLOR, TIE_ALPHA, TIE_HATCHES = "#999999", 0.06, ("//", "\\\\", "xx", "..")
@@ -123,7 +124,7 @@ LIMIT_COLOR = "#555555"
 
 
 def tie_label(link: str, hatch: str) -> str:
-    return f"tie zone on {link} (hatched {hatch}): where the two plans' 80% intervals overlap"
+    return f"tie zone on {link} (hatched {hatch}): where the 80% interval of the two plans' time ratio holds 1"
 
 
 def _tie_span(ax: Any, low: float, high: float, label: str | None = None, hatch: str = TIE_HATCH) -> None:
@@ -221,7 +222,7 @@ def _mark_crossings(ax: Any, result: CrossoverResult, log_y: bool) -> list[str]:
     limits = False
     for k, c in enumerate(changes, start=1):
         text = describe_crossing(c, result.variable)
-        if c.range_high > c.range_low:  # the span where the two bands overlap: a tie at this confidence
+        if c.range_high > c.range_low:  # the span where their ratio's interval holds 1: a tie at this confidence
             hatch = TIE_HATCHES[links.index(c.link) % len(TIE_HATCHES)] if c.link in links else TIE_HATCH
             label = None if c.link in tie_named else tie_label(c.link, hatch)
             tie_named.add(c.link)
@@ -238,10 +239,13 @@ def _mark_crossings(ax: Any, result: CrossoverResult, log_y: bool) -> list[str]:
         xs, ys = c.at * scale, c.time_s
         pair = drawn.get((c.link, c.before)), drawn.get((c.link, c.after))
         met = None if pair[0] is None or pair[1] is None else crossing_point(x, *pair, c.at * scale, log_x, log_y)
+        cross = ""
         if met is not None:
             xs, ys = met
+            if VARIABLES[result.variable].integer and abs(xs - c.at * scale) >= 0.05:  # review 51 #11: both numbers
+                cross = f"; the drawn lines cross at {SHORT_NAME[result.variable]} ~{xs:.3g} (the marker)"
         _numbered(ax, k, (xs, ys), ax.transData, placed)
-        lines.append(f"({k}) {text}")
+        lines.append(f"({k}) {text}{cross}")
     if limits:
         ax.plot([], [], color=LIMIT_COLOR, ls=LIMIT_STYLE, lw=1.3, label=LIMIT_LABEL)
     if not changes:  # said under the axes: a box on them hid the start of a line (review 36)

@@ -211,6 +211,21 @@ def stack_layout_fields(req: Any) -> dict[str, Any]:
     return {"stack_layout": stack_layout(req.framework)} if train else {}
 
 
+def overlap_words(exp: Any) -> str:
+    """'; sp=on brings megatron-core's TP comm overlap ...' where a plan with tp > 1 says sp=on and
+    the stack overlaps TP collectives with their GEMMs (its `tp_comm_overlap`); else ''."""
+    if exp.workload != "train" or exp.cost_model == "textbook" or not exp.plan_defaults.get("tp_comm_overlap"):
+        return ""
+    sp = [p.label for p in exp.plans if p.plan_kwargs().get("sequence_parallel") and p.tp != 1]
+    if not sp:
+        return ""
+    stack = exp.plan_defaults.get("framework") or "megatron-core"
+    return (
+        f"; {' and '.join(sp)}: sequence parallelism and with it {stack}'s TP comm overlap (Transformer Engine "
+        "userbuffers, predict's --tp-comm-overlap)"
+    )
+
+
 def describe_experiment(exp: Any, variable: str | None = None, recompute: Any = None) -> str:
     """One paragraph: what was held fixed (the swept variable is named as such); `recompute`: the
     `presets.stack_defaults.RecomputeChoice` priced, named for a training step."""
@@ -238,7 +253,7 @@ def describe_experiment(exp: Any, variable: str | None = None, recompute: Any = 
         stack = f"{stack}, recompute {recompute.words(0 if exp.model.is_moe else None)}"
         stack += " unless a plan says recompute=" if recompute.mode != "none" or recompute.every else ""
     work = {
-        "train": f"training step (forward + backward + optimizer) under {stack}; {AS_WRITTEN}",
+        "train": f"training step (forward + backward + optimizer) under {stack}; {AS_WRITTEN}{overlap_words(exp)}",
         "forward": "forward pass latency",
         "prefill": "serving: time to first token of the batch",
         "decode": "serving: time per output token",

@@ -305,7 +305,8 @@ def unbalanced_layers(plot: bool) -> ScenarioReport:
 
 
 def wide_layers(plot: bool) -> ScenarioReport:
-    """5: a layer too wide for one GPU's memory cannot be pipelined; only TP splits it."""
+    """5: a layer too wide for one GPU's memory cannot be pipelined; of TP and PP only TP splits it
+    (ZeRO-3/FSDP, sharding its state over data-parallel ranks, is the other way: review 51 #14)."""
     h, layers = 24576, 8
     model = wide_model(h, layers=layers)
     gpus = np.array([1, 2, 4, 8, 16, 32, 64])
@@ -326,7 +327,9 @@ def wide_layers(plot: bool) -> ScenarioReport:
         f"One layer of hidden {h} needs {layer_state / 1e9:.0f} GB to train (216 h^2 bytes of weights, gradients and "
         f"Adam state): pipelining {layers} such layers bottoms out at one layer per GPU,\n{min(mem_pp) / 1e9:.0f} GB "
         f"however many GPUs are added; TP=8 splits the layer itself and fits an 80 GB A100 from "
-        f"{int(fits_tp[0]) if len(fits_tp) else '-'} GPUs (TP=8 x PP). " + verdict(holds)
+        f"{int(fits_tp[0]) if len(fits_tp) else '-'} GPUs (TP=8 x PP): of TP and PP only TP helps (ZeRO-3/FSDP, not "
+        f"priced here, shards the layer's state over 8 data-parallel ranks instead, {layer_state / 8e9:.0f} GB each). "
+        + verdict(holds)
     )
     fig = None
     if plot:
@@ -348,7 +351,7 @@ def wide_layers(plot: bool) -> ScenarioReport:
         )
     return ScenarioReport(
         "wide-layers",
-        "Layers too wide for one GPU: PP cannot help, TP must (5)",
+        "Layers too wide for one GPU: of TP and PP, only TP can split them (5)",
         finding,
         {
             k: round(float(v))
