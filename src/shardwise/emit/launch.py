@@ -6,16 +6,23 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from shardwise.errors import SpecError
-
-if TYPE_CHECKING:
-    from shardwise.emit.replicas import Replica
 
 
 class EmitError(SpecError):
     """A plan the target tool cannot run as priced (one line: what, and why)."""
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One serving replica's server on its machine (`emit.replicas`): the GPUs it sees (`devices`,
+    CUDA_VISIBLE_DEVICES) and its API port; `role` says which replicas run it (the same slot on every
+    server)."""
+
+    devices: str
+    port: int
+    role: str
 
 
 def unemitted_shape(plan: object, tool: str) -> tuple[dict[str, object], list[str]]:

@@ -12,22 +12,12 @@ ports (NCCL, ZMQ, torch.distributed) free at start, so that only the API port is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from shardwise.emit.launch import EmitError
+from shardwise.emit.launch import EmitError, Replica
 
 # each engine's default API port (module docstring): the first replica's
 BASE_PORT = {"vllm": 8000, "sglang": 30000, "trtllm": 8000}
 
-
-@dataclass(frozen=True)
-class Replica:
-    """One replica's server on its machine: the GPUs it sees (`devices`, CUDA_VISIBLE_DEVICES) and
-    its API port; `role` says which replicas run it (the same slot on every server)."""
-
-    devices: str
-    port: int
-    role: str
+__all__ = ["BASE_PORT", "Replica", "replicas"]
 
 
 def replicas(engine: str, dp: int, gpus: int, per_node: int) -> tuple[tuple[Replica, ...], str]:
