@@ -271,6 +271,13 @@ class ServeRequest:
         check_serving_kernel(self.framework, cluster.gpu, self.attention_kernel, self.emit)  # `engine_attention`
         if (attention := serving_attention_note(self.framework, cluster.gpu, self.attention_kernel)) is not None:
             notes.append(attention)
+        from shardwise.engines.engine_describe import llama_server_note
+
+        loaded = self.max_throughput or self.request_rate is not None
+        if slots := llama_server_note(
+            self.framework, self.concurrency, loaded, workload.input_len + workload.output_len
+        ):
+            notes.append(slots)
         mix = request_mix(self.lengths)
         if mix is None and (total := workload.input_len + workload.output_len) > model.serving_context:
             notes.append(  # priced all the same: a model file may state its pre-training length only
