@@ -102,9 +102,10 @@ def llama_server_note(engine: str, concurrency: int | None, saturated: bool, tok
         return ""
     if concurrency is not None and concurrency > LLAMA_SERVER_SLOTS:
         return (
-            f"llama.cpp: {concurrency:,} sequences at once priced as llama-server launched for them, "
-            f"-np {concurrency} -c {concurrency * tokens_per_request:,} ({tokens_per_request:,} tokens each); "
-            f"without -np it runs {LLAMA_SERVER_SLOTS}"
+            f"llama.cpp: --concurrency {concurrency:,} priced as llama-server launched for it: each replica's "
+            f"server with -np n -c n x {tokens_per_request:,} tokens, n its share of the {concurrency:,} "
+            f"requests (one replica: -np {concurrency} -c {concurrency * tokens_per_request:,}); without -np "
+            f"it runs {LLAMA_SERVER_SLOTS}"
         )
     return (
         f"llama.cpp: at most {LLAMA_SERVER_SLOTS} sequences at once, llama-server's slots without -np; more "

@@ -278,6 +278,10 @@ class ServeRequest:
             self.framework, self.concurrency, loaded, workload.input_len + workload.output_len
         ):
             notes.append(slots)
+        if self.targets and self.weight_precision is None and stored is None:  # the formats searched
+            from shardwise.analyses.serving_targets import formats_note
+
+            notes.append(formats_note(cluster, self.framework, model))
         mix = request_mix(self.lengths)
         if mix is None and (total := workload.input_len + workload.output_len) > model.serving_context:
             notes.append(  # priced all the same: a model file may state its pre-training length only
@@ -372,7 +376,7 @@ class ServeRequest:
         else:
             n_plans = len(plans(int(s.cluster.num_gpus), s.cluster.gpus_per_node))
         fixed = self.weight_precision is not None or s.checkpoint is not None
-        n_precisions = 1 if fixed else len(precisions(s.cluster, self.framework))
+        n_precisions = 1 if fixed else len(precisions(s.cluster, self.framework, s.model))
         return n_plans * n_precisions
 
 
