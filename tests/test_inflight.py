@@ -276,7 +276,7 @@ def test_users_far_beyond_the_slots_only_wait_longer(monkeypatch):
         ("tensorrt-llm", 8, 512 * 8, 768),
         ("vllm", 8, 1024, 1024),
         ("sglang", 8, 4096, 4096),
-        ("llama.cpp", 1, 2048, 2048),
+        ("llama.cpp", 1, 4, 4),  # llama-server's slots without -np (engine_presets LLAMA_SERVER_SLOTS)
     ],
 )
 def test_each_pipeline_micro_batch_gets_its_own_budget_where_the_engine_schedules_it_alone(

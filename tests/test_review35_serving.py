@@ -143,8 +143,15 @@ def test_the_latency_search_tries_only_formats_the_engine_runs():
     from shardwise.analyses.serving_targets import precisions
 
     b200 = presets.system("dgx-b200")
-    assert [w for w, _ in precisions(b200)] == ["bf16", "fp8", "nvfp4"]
-    assert [w for w, _ in precisions(b200, "llama.cpp")] == ["bf16"]
+    # every weight format the engine runs there (review 50 #5: llama.cpp was searched in bf16 alone)
+    assert [w for w, _ in precisions(b200)] == ["bf16", "fp8", "int8", "int4", "nvfp4"]
+    assert [w for w, _ in precisions(b200, "llama.cpp")] == ["bf16", "q8_0", "q4_k"]
+    assert precisions(presets.system("dgx-a100"), "tensorrt-llm") == [
+        ("bf16", "bf16"),
+        ("int8", "bf16"),
+        ("int4", "bf16"),
+    ]
+    assert ("nvfp4", "fp8") in precisions(b200) and ("int4", "bf16") in precisions(b200)
 
 
 def test_engines_without_continuous_batching_default_to_static_batches(cli):

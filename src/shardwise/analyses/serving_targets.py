@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
+from shardwise.engines.engine_presets import DEFAULT_MAX_SEQUENCES
 from shardwise.engines.inflight import SIMULATED_REQUESTS, InflightEstimate, Replica, estimate_inflight
 from shardwise.errors import SpecError
 from shardwise.specs import Cluster, Model, Scenario
@@ -61,21 +62,34 @@ def plans(num_gpus: int, per_node: int) -> list[tuple[int, int]]:
     return out
 
 
-def precisions(cluster: Cluster, engine: str = "tensorrt-llm") -> list[tuple[str, str]]:
-    """(weights, KV cache) worth trying on this GPU: 16 bits (bf16, fp16 on a GPU without BF16: V100);
-    FP8 where it has FP8 tensor cores; NVFP4 weights (FP8 KV cache) where it has FP4 ones; of them
-    the weight formats `engine` runs there (`engines.engine_formats`: llama.cpp runs neither)."""
-    from shardwise.engines.engine_formats import weight_formats_on
+def precisions(cluster: Cluster, engine: str = "tensorrt-llm", model: Model | None = None) -> list[tuple[str, str]]:
+    """(weights, KV cache) worth trying on this GPU: every weight format `engine` runs there
+    (`engines.engine_formats.weight_formats_on`: 16 bits (fp16 on a GPU without BF16: V100); FP8,
+    INT8, INT4 and NVFP4 where the engine runs them on that GPU; llama.cpp's GGUF blocks q8_0 and
+    q4_K; q4_0 is priced as q4_K, the same 0.5625 bytes a weight, so only q4_K is tried), not MXFP4
+    (a checkpoint's format, gpt-oss's experts: a model stored so is searched in it alone). The KV
+    cache in 16 bits, FP8 beside FP8 or NVFP4 weights where the engine keeps an FP8 cache on the GPU
+    (for `model`: `kv_formats_on`). Review 50 #5: only 16 bits and FP8 were tried, so llama.cpp on
+    RTX 4090s was searched in bf16 alone (16 tokens/s per GPU for Llama 3.1 70B where q4_K gives 75)."""
+    from shardwise.engines.engine_formats import kv_formats_on, weight_formats_on
 
     gpu = cluster.gpu
     half = gpu.sixteen_bit
-    out = [(half, half)]
-    if float(gpu.peak_flops_per_s_fp8) > 0:
-        out.append(("fp8", "fp8"))
-    if float(gpu.peak_flops_per_s_fp4) > 0:
-        out.append(("nvfp4", "fp8"))
-    runs = weight_formats_on(engine, gpu)
-    return [(w, kv) for w, kv in out if w in runs]
+    fp8_kv = "fp8" in kv_formats_on(engine, gpu, model)
+    return [
+        (w, "fp8" if w in ("fp8", "nvfp4") and fp8_kv else half)
+        for w in dict.fromkeys(weight_formats_on(engine, gpu))
+        if w not in ("mxfp4", "q4_0") and (w == half or w not in ("bf16", "fp16"))
+    ]
+
+
+def formats_note(cluster: Cluster, engine: str, model: Model | None = None) -> str:
+    """The weight formats the search tried, in words (`precisions`)."""
+    tried = ", ".join(w for w, _ in precisions(cluster, engine, model))
+    return (
+        f"weights searched: {tried} (what {engine} runs on the {cluster.gpu.name}; MXFP4 only as a "
+        "checkpoint stores it; --weight-precision searches one)"
+    )
 
 
 def _meets(est: InflightEstimate, ttft_max: float | None, tpot_max: float | None, pct: str) -> str:
@@ -112,6 +126,10 @@ class _Load:
         batched: int,
         traffic: tuple[int, int] = (SIMULATED_REQUESTS, 0),
     ) -> None:
+        # llama-server's slots are what it is launched with (-np): searched up to serve's old cap, so a
+        # load above its default 4 is priced as launched for it, as `serve --concurrency` prices it
+        if wl.engine == "llama.cpp":
+            wl = replace(wl, batch=DEFAULT_MAX_SEQUENCES)
         # its runs kept: the run at capacity that every estimate reads (the rate it sustains) is one
         self.replica = Replica(scn, wl, batched, seed=traffic[1]).remembering()
         self.targets, self.batched, self.traffic = targets, batched, traffic
@@ -275,7 +293,7 @@ def search(
     options: list[Option] = []
     loads: dict[int, _Load] = {}  # an option's load search, where a load met the targets
     for label, scn in candidates:
-        for w, kv in precision_choices or precisions(cluster, wl.engine):
+        for w, kv in precision_choices or precisions(cluster, wl.engine, model):
             work = replace(wl, weight_precision=w, kv_precision=kv)
             try:
                 if isinstance(scn, SpecError):

@@ -37,6 +37,11 @@ def sequence_cap_text(e: EnginePreset) -> str:
         )
     if e.seqs_within_budget:
         return "max_num_seqs: 1024 on GPUs of >= 70 GiB other than A100, else 256; at most the token budget"
+    if e.name == "llama.cpp":
+        return (
+            "llama-server's slots: 4 without -np (n_parallel auto, one unified KV cache); --concurrency N "
+            "prices -np N, launched with -c sized for N requests"
+        )
     return "no engine default read: serve lets at most 2048 run (the model's own cap; --concurrency sets it)"
 
 
@@ -53,7 +58,7 @@ def defaults_on(e: EnginePreset) -> dict[str, dict[str, int | None]]:
     out = {}
     for name in REFERENCE_GPUS:
         memory = float(presets.gpu(name).memory_bytes)
-        fixed = e.seqs_within_budget  # vLLM's max_num_seqs; the others' caps are not a GPU default
+        fixed = e.seqs_within_budget or e.name == "llama.cpp"  # vLLM's max_num_seqs, llama-server's 4 slots
         out[name] = {
             "token_budget": max_batched_tokens(e.name, memory, name),
             "max_sequences": max_sequences(e.name, memory, name) if fixed else None,
@@ -84,3 +89,25 @@ def describe_engines() -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def llama_server_note(engine: str, concurrency: int | None, saturated: bool, tokens_per_request: int) -> str:
+    """How llama-server must be launched for the sequences serve prices at once (engine_presets
+    `LLAMA_SERVER_SLOTS`): -np N and a -c of N requests' tokens (an explicit -np splits -c evenly over
+    the slots), or its default 4 slots; "" for other engines and loads its 4 slots hold
+    (`saturated`: --max-throughput or --request-rate)."""
+    from shardwise.engines.engine_presets import LLAMA_SERVER_SLOTS
+
+    if engine != "llama.cpp" or not (saturated or (concurrency or 1) > LLAMA_SERVER_SLOTS):
+        return ""
+    if concurrency is not None and concurrency > LLAMA_SERVER_SLOTS:
+        return (
+            f"llama.cpp: --concurrency {concurrency:,} priced as llama-server launched for it: each replica's "
+            f"server with -np n -c n x {tokens_per_request:,} tokens, n its share of the {concurrency:,} "
+            f"requests (one replica: -np {concurrency} -c {concurrency * tokens_per_request:,}); without -np "
+            f"it runs {LLAMA_SERVER_SLOTS}"
+        )
+    return (
+        f"llama.cpp: at most {LLAMA_SERVER_SLOTS} sequences at once, llama-server's slots without -np; more "
+        f"needs -np N and -c of N x {tokens_per_request:,} tokens (--concurrency N prices that)"
+    )

@@ -37,7 +37,13 @@ over the pp ranks) and R the request pool's size, clamp(int(K / context_len x 51
 `max_running_requests` after it, read in SGLang's repository; the same formula in its newer
 `_resolve_max_num_reqs`); under pp its scheduler gives each micro-batch `pp_max_micro_batch_size` =
 max(max_running_requests // pp, 1) (managers/scheduler.py), so the cap stays one for all
-micro-batches. llama.cpp and the others: 2048, as before.
+micro-batches. llama.cpp: llama-server's slots, `-np` (--parallel); left out it is -1 (auto), which
+becomes 4 slots sharing one unified KV cache of -c tokens (tools/server/server.cpp: `if (params.n_parallel
+< 0) { params.n_parallel = 4; params.kv_unified = true; }`; common/arg.cpp sets -1 for the server only,
+common/common.h's default is 1); an explicit -np N keeps kv_unified false, so each slot gets -c / N
+tokens (src/llama-context.cpp n_ctx_seq). So 4 run at once unless the server is launched for more:
+`--concurrency N` prices it launched with -np N (and -c N x tokens per request), `LLAMA_SERVER_SLOTS`
+otherwise (--max-throughput, --request-rate). The others: 2048, as before.
 
 Per-stage cost of pipeline parallelism, llama.cpp (seconds per micro-batch and stage, on top of
 the send of its activations): 0.30-0.44 ms, from one public table of decode speed against the GPU
@@ -152,6 +158,8 @@ GIB = 1024**3
 MIB = 1024**2
 # TensorRT-LLM's LLM-API default max_batch_size, the cap of the engines without their own (`max_sequences`)
 DEFAULT_MAX_SEQUENCES = 2048
+# llama-server's sequences at once without -np (module docstring): n_parallel auto -> 4
+LLAMA_SERVER_SLOTS = 4
 # llama.cpp's per-stage cost (module docstring): the mean of the two slopes of #19922.
 LLAMA_CPP_STAGE_S = (0.44e-3 + 0.30e-3) / 2
 # Python engines' host time per micro-batch under pp (module docstring): vllm-project/vllm#10634,
@@ -304,13 +312,16 @@ def max_batched_tokens(name: str, gpu_memory_bytes: float, gpu_name: str = "") -
     return 8192  # TensorRT-LLM's max_num_tokens (and the others', as before)
 
 
-def max_sequences(name: str, gpu_memory_bytes: float, gpu_name: str = "") -> int:
+def max_sequences(name: str, gpu_memory_bytes: float, gpu_name: str = "", concurrency: int = 1) -> int:
     """The engine's default cap on sequences in flight per replica (per micro-batch where
     `slots_per_micro_batch`), on a GPU of `gpu_memory_bytes` (module docstring). SGLang's depends on
     the KV tokens of one GPU (`sglang_max_running_requests`, applied by `engines.inflight.Replica`);
-    here its pool's floor, 2048."""
+    here its pool's floor, 2048. llama.cpp's: llama-server's 4 slots, or the `concurrency` asked
+    (the workload's batch) where that is more, as launched with -np for it."""
     if name == "vllm":
         return _vllm_batch_defaults(gpu_memory_bytes, gpu_name)[1]
+    if name == "llama.cpp":
+        return max(LLAMA_SERVER_SLOTS, int(concurrency))
     return DEFAULT_MAX_SEQUENCES
 
 

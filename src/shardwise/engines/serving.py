@@ -248,7 +248,7 @@ def max_sequences_per_replica(scn: Scenario, wl: ServingWorkload) -> int:
         )
         cap = int(np.min(batch))
     else:
-        cap = max_sequences(wl.engine, float(np.max(gpu.memory_bytes)), gpu.name)
+        cap = max_sequences(wl.engine, float(np.max(gpu.memory_bytes)), gpu.name, int(np.max(wl.batch)))
     return cap * (pp if preset.slots_per_micro_batch else 1)
 
 

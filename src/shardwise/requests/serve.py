@@ -276,6 +276,17 @@ class ServeRequest:
         check_serving_kernel(self.framework, cluster.gpu, self.attention_kernel, self.emit)  # `engine_attention`
         if (attention := serving_attention_note(self.framework, cluster.gpu, self.attention_kernel)) is not None:
             notes.append(attention)
+        from shardwise.engines.engine_describe import llama_server_note
+
+        loaded = self.max_throughput or self.request_rate is not None
+        if slots := llama_server_note(
+            self.framework, self.concurrency, loaded, workload.input_len + workload.output_len
+        ):
+            notes.append(slots)
+        if self.targets and self.weight_precision is None and stored is None:  # the formats searched
+            from shardwise.analyses.serving_targets import formats_note
+
+            notes.append(formats_note(cluster, self.framework, model))
         mix = request_mix(self.lengths)
         if mix is None and (total := workload.input_len + workload.output_len) > model.serving_context:
             notes.append(  # priced all the same: a model file may state its pre-training length only
@@ -375,7 +386,7 @@ class ServeRequest:
         else:
             n_plans = len(plans(int(s.cluster.num_gpus), s.cluster.gpus_per_node))
         fixed = self.weight_precision is not None or s.checkpoint is not None
-        n_precisions = 1 if fixed else len(precisions(s.cluster, self.framework))
+        n_precisions = 1 if fixed else len(precisions(s.cluster, self.framework, s.model))
         return n_plans * n_precisions
 
 
