@@ -197,9 +197,9 @@ class ServeRequest:
 
             cluster = cluster.with_(pcie=system(options["system"]).pcie)
         from shardwise.requests.serve_notes import serving_specs
-        from shardwise.requests.serve_plans import EXPERT_PARALLEL_ENGINES, Layouts, experts_run, layouts
+        from shardwise.requests.serve_plans import EXPERT_PARALLEL_ENGINES, Layouts, experts_run, layouts, resolved_all
 
-        given = Layouts(serving_specs(self.plans))
+        given = Layouts(resolved_all(serving_specs(self.plans), int(cluster.num_gpus)))
         found = given if self.plans else layouts(cluster, model, self.framework)
         specs = found.specs
         if not self.plans and model.is_moe and self.framework not in EXPERT_PARALLEL_ENGINES and len(specs) > 1:

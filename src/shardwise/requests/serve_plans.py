@@ -13,6 +13,28 @@ def scenario_of(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | No
     return spec.label, scenario(model, cluster, spec, stages)
 
 
+def resolved_all(specs: list[Any], gpus: int) -> list[Any]:
+    """`specs` with each 'all' the degree it resolves to on `gpus` GPUs (`PlanSpec.degrees`), in its
+    label too ("tp=all" on 8 GPUs: "tp=8"; the table, JSON and refusals showed "tp=all"; review 50 #12);
+    one that resolves to no whole layout kept as given (refused where priced)."""
+    import re
+    from dataclasses import replace
+
+    out = []
+    for spec in specs:
+        if "all" not in (spec.tp, spec.pp):
+            out.append(spec)
+            continue
+        tp, pp, dp = (float(x) for x in spec.degrees(gpus))
+        if not dp.is_integer() or dp < 1:
+            out.append(spec)
+            continue
+        degree = {"tp": int(tp), "pp": int(pp)}
+        label = re.sub(r"\b(tp|pp)=all\b", lambda m: f"{m[1]}={degree[m[1]]}", spec.label)
+        out.append(replace(spec, label=label, tp=int(tp), pp=int(pp)))
+    return out
+
+
 def scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None = None) -> Any:
     from shardwise.engines.serving import plan_for_serving
     from shardwise.errors import SpecError
