@@ -949,8 +949,7 @@ def test_the_serving_spread_is_the_inference_tables():
     """calibration/spreads.py's SERVING_LOG_SD, SERVING_MEASUREMENTS and SERVING_RUNS are what `validate
     inference` measures now: the rms of ln(predicted / measured) over its published serving rows, their
     count, and the runs they come from (FasterTransformer's 2 runs give 3 measurements each; review 50 #11)."""
-    from shardwise.analyses.serving_validation import inference_rows
-    from shardwise.analyses.serving_validation import validate_serving
+    from shardwise.analyses.serving_validation import inference_rows, validate_serving
     from shardwise.calibration import spreads
 
     rows, _ = validate_serving()

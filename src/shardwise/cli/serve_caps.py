@@ -93,10 +93,11 @@ def no_sequence_fits(est: Any, capacity: float) -> str:
 
 def sglang_reserve(est: Any) -> str:
     """SGLang's memory outside --mem-fraction-static, the room its KV cache loses, in words with
-    {weights} and {capacity} to fill ("" for another engine): the reserve its server_args sets by default (`engines.engine_presets.
-    sglang_reserved_bytes`), which under data-parallel attention grows with --dp (CUDA-graph padding
-    for every attention rank: 55.3 GB of an H100's 79.11 GiB for DeepSeek-V3 at --dp 16, where 54.6 GB
-    of weights were blamed; review 50 #8), and the flag that overrides it."""
+    {weights} and {capacity} to fill ("" for another engine): the reserve its server_args sets by
+    default (`engines.engine_presets.sglang_reserved_bytes`), which under data-parallel attention
+    grows with --dp (CUDA-graph padding for every attention rank: 55.3 GB of an H100's 79.11 GiB for
+    DeepSeek-V3 at --dp 16, where 54.6 GB of weights were blamed; review 50 #8), and the flag that
+    overrides it."""
     from shardwise.engines.dp_attention import dp_attention
     from shardwise.engines.engine_presets import engine, max_batched_tokens, sglang_reserved_bytes
     from shardwise.units import format_bytes

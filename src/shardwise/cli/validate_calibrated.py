@@ -13,7 +13,8 @@ TITLES = {
     "dev": "training, dev split (the GEMM prior and the spreads were set on it)",
     "holdout": "training, holdout split (untouched)",
     "serving": (
-        f"serving, the {SERVING_MEASUREMENTS} published measurements of `validate inference` (not split: they set no constant)"
+        f"serving, the {SERVING_MEASUREMENTS} published measurements of `validate inference` "
+        "(not split: they set no constant)"
     ),
 }
 

@@ -30,7 +30,7 @@ def resolved_all(specs: list[Any], gpus: int) -> list[Any]:
             out.append(spec)
             continue
         degree = {"tp": int(tp), "pp": int(pp)}
-        label = re.sub(r"\b(tp|pp)=all\b", lambda m: f"{m[1]}={degree[m[1]]}", spec.label)
+        label = re.sub(r"\b(tp|pp)=all\b", lambda m, d=degree: f"{m[1]}={d[m[1]]}", spec.label)
         out.append(replace(spec, label=label, tp=int(tp), pp=int(pp)))
     return out
 
