@@ -165,6 +165,7 @@ class ServeRequest:
     # --- the answer ----------------------------------------------------------------------------
     def setting(self) -> ServeSetting:
         """Model, cluster, plans, workload and traffic resolved and checked (no plan priced yet)."""
+        from shardwise import hf_notes
         from shardwise.requests.build import build_cluster, build_model, load_calibration, model_notes, stage_kwargs
         from shardwise.requests.serve_mix import check_mix_flags, request_mix
         from shardwise.specs.serving import ServingWorkload
@@ -174,7 +175,8 @@ class ServeRequest:
         cluster_options = {**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None}
         cal = load_calibration(options.get("calibration"))
         cluster = build_cluster(cluster_options, notes, cal)
-        model = build_model(options, self._tp_max(cluster))  # --hidden: the heads every plan's tp splits
+        with hf_notes.serving_notes():  # a config.json's training cap does not apply (`hf_notes`)
+            model = build_model(options, self._tp_max(cluster))  # --hidden: the heads every plan's tp splits
         notes[:0] = model_notes(options)
         if model.is_hybrid:  # as `engines.serving.serving_scenario` says, once instead of per plan
             raise SpecError(f"model {model.name!r}: serving a hybrid Mamba-2 model is not priced yet (training is)")
