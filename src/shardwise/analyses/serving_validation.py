@@ -65,8 +65,9 @@ def _scenario(row: dict[str, str]) -> Scenario:
 
 
 def _label(row: dict[str, str]) -> str:
-    fp4 = ", FP4" if row["precision"] == "FP4" else ""
-    return f"{MODELS[row['model']]}, {row['gpu'].split()[0]} TP{row['tp']}, {row['isl']}/{row['osl']} tokens{fp4}"
+    # every row's weights, FP8 as FP4 (only FP4 was labelled, as if the rest were 16-bit; review 50 #12)
+    weights = f", {row['precision'].upper()}" if row.get("precision") else ""
+    return f"{MODELS[row['model']]}, {row['gpu'].split()[0]} TP{row['tp']}, {row['isl']}/{row['osl']} tokens{weights}"
 
 
 def modelled(row: dict[str, str]) -> bool:
