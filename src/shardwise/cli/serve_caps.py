@@ -19,10 +19,31 @@ def closed_loop_queue(est: Any) -> str:
     if per_replica <= running:
         return ""
     why = f"{cap_name(est)}; the KV cache would hold {kv:,}" if cap < kv else "as many as the KV cache holds"
-    return (
+    text = (
         f"{per_replica:,} requests in flight per replica, {running:,} run at once ({why}), the other "
         f"{per_replica - running:,} wait in the queue"
     )
+    if not overloaded(est):
+        return text
+    from shardwise.units import format_seconds
+
+    # the queue's wait is what the TTFT column shows (review 50 #12: "TTFT p50 466,168 s", unexplained)
+    return (
+        f"{text}: overloaded, more waiting than running, each request queued about "
+        f"{format_seconds(float(est.prefill_s['queueing']))} at the {float(est.max_request_rate_per_s):,.3g} "
+        "requests/s the plan serves (fewer --concurrency, or more replicas)"
+    )
+
+
+def overloaded(est: Any) -> bool:
+    """More asked of a simulated plan than it serves: a --request-rate above the rate it sustains
+    (`InflightEstimate.overloaded`), or a closed loop with more requests queued per replica than
+    run at once, its TTFT mostly the queue's wait (the table marks the row; review 50 #12)."""
+    if getattr(est, "batching", "static") != "inflight" or not bool(est.fits_in_memory):
+        return False
+    per_replica = est.users_per_replica
+    queued = per_replica is not None and per_replica > 2 * est.running_per_replica
+    return bool(est.overloaded) or queued
 
 
 def cap_name(est: Any) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.cli.serve_caps import cap_name, closed_loop_queue, engine_capped
+from shardwise.cli.serve_caps import cap_name, closed_loop_queue, engine_capped, overloaded
 from shardwise.cli.serve_header import (
     budget_text,
     engine_text,
@@ -86,8 +86,8 @@ def print_estimates(
         # a plan that does not fit has no times or rates: "-", in every mode (JSON: null)
         timed = fits and math.isfinite(float(est.tpot_s))
         table.add_row(
-            name if fits else f"{name} \\[does not fit]",
-            _count(est.mean_running) if not users else f"{int(est.workload.batch)}",
+            (f"{name} \\[overloaded]" if overloaded(est) else name) if fits else f"{name} \\[does not fit]",
+            _count(est.mean_running) if not users else f"{int(est.workload.batch):,}",
             format_seconds(float(est.ttft_s)) if fits else "-",
             _time(est.tpot_s) if fits else "-",
             format_seconds(float(est.e2e_s)) if fits else "-",
@@ -221,7 +221,7 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
         f"{arrivals} at {first.request_rate_per_s:g} requests/s"
         if first.request_rate_per_s is not None
         else (
-            f"{first.users} request{'s' if first.users != 1 else ''} always in flight"
+            f"{first.users:,} request{'s' if first.users != 1 else ''} always in flight"
             if first.users is not None
             else f"{full}, each finished request replaced at once (a sustained rate: the "
             "requests started spread over one request's lifetime, not sent in one burst)"
@@ -268,8 +268,9 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
             )
         if est.overloaded:
             out.print(
-                f"[red]  {label}: {est.request_rate_per_s:g} requests/s is more than it sustains: queues grow "
-                "without bound, and its percentiles grow with --requests[/]"
+                f"[red]  {label}: overloaded: {est.request_rate_per_s:g} requests/s is more than the "
+                f"{float(est.max_request_rate_per_s):,.3g} requests/s it serves: queues grow without bound, and its "
+                "percentiles grow with --requests[/]"
             )
         elif est.short_of_offered:
             out.print(
