@@ -93,19 +93,16 @@ SERVING_ENGINES = frozenset({"tensorrt-llm", "fastertransformer"})
 
 def serving_basis(engine: str = "tensorrt-llm", moe: bool = False) -> str:
     """Where an uncalibrated serving interval comes from, in words (`SERVING_LOG_SD`), for `engine`
-    (`moe`: a mixture of experts, which none of those runs served)."""
-    basis = f"the serving model's spread on {SERVING_MEASUREMENTS} published measurements of {SERVING_RUNS} runs"
+    (`moe`: a mixture of experts, which none of those runs served). Runs, not measurements, where
+    it says runs (review 50 #11); and how they were priced: each TensorRT-LLM row as one static full
+    batch, not by the in-flight simulation serve runs by default, whose mean absolute error on the
+    80 of them is 8.4% against the batch's 8.5% (tools/serving_inflight_check.py, 2026-12-08;
+    docs/validation.md, "Inference")."""
+    runs = f"{SERVING_RUNS} published runs ({SERVING_MEASUREMENTS} measurements, static batches)"
+    basis = f"the serving model's spread on {runs}"
     if engine not in SERVING_ENGINES:
         basis += f" of TensorRT-LLM and FasterTransformer, none of {engine}: its own overheads are unchecked"
-    # those rows are priced as one static full batch, not by the in-flight simulation serve runs by
-    # default; on the 80 TensorRT-LLM rows the simulation's mean absolute error is 8.4%, the batch's
-    # 8.5% (tools/serving_inflight_check.py, 2026-12-08)
-    return (
-        basis
-        + (", all of dense models" if moe else "")
-        + ", each priced as one static full batch (serve's default in-flight simulation: 8.4% mean error on "
-        "its 80 TensorRT-LLM rows, against 8.5%)"
-    )
+    return basis + (", all of dense models" if moe else "")
 
 
 # The GPUs of those SERVING_RUNS runs (`analyses.serving_validation.SYSTEMS`' systems; a test
