@@ -149,7 +149,7 @@ def test_the_load_column_is_users_or_the_mean_running_and_memory_is_the_kv_pool(
     code, out, err = cli(["serve", *H100_70B, "--plan", "tp=8", "--concurrency", "5000", "--requests", "100"])
     assert code == 0, err
     head = out.split("────")[0]
-    assert "users" in head and "in flight" not in head and "5000" in out
+    assert "users" in head and "in flight" not in head and "5,000" in out  # thousands separated (review 50 #12)
     code, out, err = cli(["serve", *H100_70B, "--plan", "tp=8", "--max-throughput", "--requests", "100"])
     head = out.split("────")[0]
     assert "running" in head and "(mean)" in head and "users" not in head

@@ -23,8 +23,10 @@ def serving_dict(label: str, est: Any, log_sd: float | None = None, basis: str =
         v = np.asarray(value, dtype=float)
         return {f"{key}_low": plain(v / f), f"{key}_high": plain(v * f)}
 
-    # every part of the total (`ServingEstimate.total_bytes`), as predict's and plan's add up
-    memory = {"weights": est.weights_bytes, "kv_cache": est.kv_cache_bytes, "runtime_reserve": RUNTIME_RESERVED_BYTES}
+    # every part of the total (`memory_total_bytes`), as predict's and plan's add up: kv_cache the cache
+    # the engine allocates, in both batchings (review 50 #9), kv_cache_in_use_bytes what the requests fill
+    pool = kv_pool_bytes(est)
+    memory = {"weights": est.weights_bytes, "kv_cache": pool, "runtime_reserve": RUNTIME_RESERVED_BYTES}
     return {
         "plan": label,
         "tp": int(plan.tp),
@@ -42,7 +44,10 @@ def serving_dict(label: str, est: Any, log_sd: float | None = None, basis: str =
         "throughput_tokens_per_s": plain(est.throughput_tokens_per_s),
         "per_user_tokens_per_s": plain(est.per_user_tokens_per_s),
         "max_batch_per_replica": int(est.max_batch),
-        "memory_bytes": whole_bytes_parts({**memory, "total": est.total_bytes}),
+        "memory_bytes": whole_bytes_parts({**memory, "total": memory_total_bytes(est)}),
+        # per GPU, the KV cache the requests fill, of memory_bytes.kv_cache: the static batch's, or the
+        # simulation's mean running requests'
+        "kv_cache_in_use_bytes": plain(kv_in_use_bytes(est)),
         "fits_in_memory": plain(est.fits_in_memory),
         "prefill_s": {k: plain(v) for k, v in est.prefill_s.items()},
         "decode_s": {k: plain(v) for k, v in est.decode_s.items()},
@@ -79,8 +84,6 @@ def _inflight_dict(est: Any, band: Any) -> dict[str, Any]:
         # requests admitted (running), time-weighted mean over the run, all replicas; a closed loop's
         # users beyond them wait in the queue (`concurrency`)
         "mean_running": plain(est.mean_running),
-        # per GPU, the KV cache those fill, of memory_bytes.kv_cache (the pool the engine pre-allocates)
-        "kv_cache_in_use_bytes": plain(est.kv_in_use_bytes),
         # the mean over the simulated iterations (their sum is every prompt token prefilled)
         "mean_prompt_tokens_per_iteration": plain(est.mean_prompt_tokens),
         "max_batched_tokens": est.max_batched_tokens,  # one micro-batch's
@@ -89,3 +92,31 @@ def _inflight_dict(est: Any, band: Any) -> dict[str, Any]:
         "simulated_requests": est.simulated_requests,
         "percentiles_s": est.percentiles_s,
     }
+
+
+def kv_pool_bytes(est: Any) -> Any:
+    """The KV cache one GPU of the plan allocates: the engine's pool, which vLLM, SGLang, TensorRT-LLM
+    and llama.cpp size at start-up whatever the batching (`engines.engine_presets.kv_cache_bytes`;
+    under --batching static the same pool the simulation prices), or the batch's own cache where the
+    engine allocates per batch (FasterTransformer, plain PyTorch: no `continuous_batching`)."""
+    from shardwise.engines.engine_presets import engine
+
+    if est.batching == "inflight" or not engine(est.workload.engine).continuous_batching:
+        return est.kv_cache_bytes
+    from shardwise.engines.serving import kv_cache_free_bytes
+
+    return kv_cache_free_bytes(est.scenario, est.workload, est.weights_bytes)
+
+
+def kv_in_use_bytes(est: Any) -> Any:
+    """The KV cache the requests fill on one GPU: a static batch's (`ServingEstimate.kv_cache_bytes`),
+    or the simulated mean running requests' (`engines.inflight`)."""
+    return est.kv_in_use_bytes if est.batching == "inflight" else est.kv_cache_bytes
+
+
+def memory_total_bytes(est: Any) -> Any:
+    """Weights, the KV cache allocated (`kv_pool_bytes`) and the runtime reserve, per GPU: serve's
+    memory column and JSON memory_bytes.total."""
+    from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
+
+    return est.weights_bytes + kv_pool_bytes(est) + RUNTIME_RESERVED_BYTES

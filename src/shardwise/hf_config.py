@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from shardwise import files, hf_fields
+from shardwise import files, hf_fields, hf_notes
 from shardwise.errors import SpecError
 from shardwise.hf_activation import activation as _activation
 from shardwise.hf_rope import rope_fields as _rope_fields
@@ -386,12 +386,12 @@ def seq_len_assumption(window: int | None, seq_len: int) -> str:
 
 def note_seq_len(fields: dict[str, Any], seq_len_given: bool = False) -> None:
     """One `note:` line on stderr each: where the imported sequence length is not the config's
-    context window (capped, or assumed where it states none; not where `--seq-len` chose it), and
-    what the config states that is not priced (`hf_support.unpriced_notes`)."""
+    context window (capped, not in serve: `hf_notes`; or assumed where it states none; not where
+    `--seq-len` chose it), and what the config states that is not priced (`hf_support.unpriced_notes`)."""
     import click
 
     for note in fields.get("notes") or ():
-        if not (seq_len_given and note.endswith(SEQ_LEN_HINT)):
+        if not ((seq_len_given and note.endswith(SEQ_LEN_HINT)) or hf_notes.skipped(note)):
             click.echo(f"note: {note}", err=True)
 
 

@@ -73,13 +73,16 @@ NOISE_PRIOR_RUNS = 4.0
 # bias cancels). `shardwise sensitivity` puts it around time(plan A) / time(plan B).
 PAIR_LOG_SD = 0.078
 
-# The serving model's spread: root mean square of ln(predicted / measured) over the SERVING_RUNS
+# The serving model's spread: root mean square of ln(predicted / measured) over the SERVING_MEASUREMENTS
 # published serving measurements of `shardwise validate inference` (TensorRT-LLM throughput,
 # FasterTransformer latencies; `analyses.serving_validation.validate_serving`, which a test
 # recomputes). They are not split into dev and holdout (the serving constants were set on other
 # data: datasheets and microbenchmarks), so this is the model's spread on every row it can price.
 SERVING_LOG_SD = 0.100
-SERVING_RUNS = 86
+SERVING_MEASUREMENTS = 86
+# The runs those measurements come from: 80 TensorRT-LLM throughputs, one a run, and FasterTransformer's
+# 2 runs (TP 1 and 2) of 3 latencies each (review 50 #11; a test recounts them)
+SERVING_RUNS = 82
 
 # A training step whose TP, CP or data-parallel group runs over a PCIe link inside a server (P2P, or
 # staged through host memory where P2P is off): no published training run measured one
@@ -101,12 +104,18 @@ PCIE_LINK_POINTS = 82
 SERVING_ENGINES = frozenset({"tensorrt-llm", "fastertransformer"})
 
 
-def serving_basis(engine: str = "tensorrt-llm") -> str:
-    """Where an uncalibrated serving interval comes from, in words (`SERVING_LOG_SD`), for `engine`."""
-    basis = f"the serving model's spread on {SERVING_RUNS} published runs"
-    if engine in SERVING_ENGINES:
-        return basis
-    return f"{basis} of TensorRT-LLM and FasterTransformer, none of {engine}: its own overheads are unchecked"
+def serving_basis(engine: str = "tensorrt-llm", moe: bool = False) -> str:
+    """Where an uncalibrated serving interval comes from, in words (`SERVING_LOG_SD`), for `engine`
+    (`moe`: a mixture of experts, which none of those runs served). Runs, not measurements, where
+    it says runs (review 50 #11); and how they were priced: each TensorRT-LLM row as one static full
+    batch, not by the in-flight simulation serve runs by default, whose mean absolute error on the
+    80 of them is 8.4% against the batch's 8.5% (tools/serving_inflight_check.py, 2026-12-08;
+    docs/validation.md, "Inference")."""
+    runs = f"{SERVING_RUNS} published runs ({SERVING_MEASUREMENTS} measurements, static batches)"
+    basis = f"the serving model's spread on {runs}"
+    if engine not in SERVING_ENGINES:
+        basis += f" of TensorRT-LLM and FasterTransformer, none of {engine}: its own overheads are unchecked"
+    return basis + (", all of dense models" if moe else "")
 
 
 # The GPUs of those SERVING_RUNS runs (`analyses.serving_validation.SYSTEMS`' systems; a test

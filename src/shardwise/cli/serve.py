@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from shardwise.cli.option_kit import PerSecond
 from shardwise.cli.options import AliasChoice, _stack, alias_option, cluster_options, model_options
 from shardwise.cli.output import output_option
 from shardwise.cli.serve_output import OUTPUT_FORMATS
@@ -93,7 +94,7 @@ serving_options = _stack(
     ),
     click.option(
         "--request-rate",
-        type=float,
+        type=PerSecond("requests"),
         metavar="REQ/S",
         help="Requests arrive at random (Poisson) at this rate, all replicas together: TTFT and TPOT "
         "percentiles with the queueing (in-flight batching only).",

@@ -19,10 +19,31 @@ def closed_loop_queue(est: Any) -> str:
     if per_replica <= running:
         return ""
     why = f"{cap_name(est)}; the KV cache would hold {kv:,}" if cap < kv else "as many as the KV cache holds"
-    return (
+    text = (
         f"{per_replica:,} requests in flight per replica, {running:,} run at once ({why}), the other "
         f"{per_replica - running:,} wait in the queue"
     )
+    if not overloaded(est):
+        return text
+    from shardwise.units import format_seconds
+
+    # the queue's wait is what the TTFT column shows (review 50 #12: "TTFT p50 466,168 s", unexplained)
+    return (
+        f"{text}: overloaded, more waiting than running, each request queued about "
+        f"{format_seconds(float(est.prefill_s['queueing']))} at the {float(est.max_request_rate_per_s):,.3g} "
+        "requests/s the plan serves (fewer --concurrency, or more replicas)"
+    )
+
+
+def overloaded(est: Any) -> bool:
+    """More asked of a simulated plan than it serves: a --request-rate above the rate it sustains
+    (`InflightEstimate.overloaded`), or a closed loop with more requests queued per replica than
+    run at once, its TTFT mostly the queue's wait (the table marks the row; review 50 #12)."""
+    if getattr(est, "batching", "static") != "inflight" or not bool(est.fits_in_memory):
+        return False
+    per_replica = est.users_per_replica
+    queued = per_replica is not None and per_replica > 2 * est.running_per_replica
+    return bool(est.overloaded) or queued
 
 
 def cap_name(est: Any) -> str:
@@ -85,7 +106,44 @@ def no_sequence_fits(est: Any, capacity: float) -> str:
             f"{format_capacity(capacity)} (a {format_bytes(left)} KV cache without them; a shorter --input-len "
             "shrinks them)"
         )
+    reserve = sglang_reserve(est) if float(np.max(w)) < float(np.max(memory)) else ""
+    if reserve:  # the weights alone fit: SGLang's reserve takes the rest
+        return reserve.format(weights=weights, capacity=format_capacity(capacity))
     return f"{weights} of weights per GPU leave no room for a KV cache in {format_capacity(capacity)}"
+
+
+def sglang_reserve(est: Any) -> str:
+    """SGLang's memory outside --mem-fraction-static, the room its KV cache loses, in words with
+    {weights} and {capacity} to fill ("" for another engine): the reserve its server_args sets by
+    default (`engines.engine_presets.sglang_reserved_bytes`), which under data-parallel attention
+    grows with --dp (CUDA-graph padding for every attention rank: 55.3 GB of an H100's 79.11 GiB for
+    DeepSeek-V3 at --dp 16, where 54.6 GB of weights were blamed; review 50 #8), and the flag that
+    overrides it."""
+    from shardwise.engines.dp_attention import dp_attention
+    from shardwise.engines.engine_presets import engine, max_batched_tokens, sglang_reserved_bytes
+    from shardwise.units import format_bytes
+
+    scn, wl = est.scenario, est.workload
+    if engine(wl.engine).kv_rule != "sglang":
+        return ""
+    plan, memory = scn.plan, float(np.max(scn.cluster.gpu.memory_bytes))
+    on = scn.model.is_moe and bool(np.any(dp_attention(plan)))
+    dp = int(np.max(plan.dp)) if on else 1
+    chunk = priced_chunk(est) or max_batched_tokens(wl.engine, memory, scn.cluster.gpu.name)
+    tp, pp = np.max(plan.tp), np.max(plan.pp)
+    reserved = float(np.max(sglang_reserved_bytes(memory, chunk, tp * dp, pp, dp)))
+    fraction = (memory - reserved) / memory
+    why = ""
+    if dp > 1:
+        alone = float(np.max(sglang_reserved_bytes(memory, chunk, tp * dp, pp, 1)))
+        why = f", {format_bytes(reserved - alone)} of it CUDA-graph padding for its {dp} attention ranks"
+    under = f" under --dp {dp}" if dp > 1 else ""
+    return (  # {weights} and {capacity} filled in by `no_sequence_fits`
+        f"SGLang's default reserve{under} ({format_bytes(reserved)} per GPU{why}) and {{weights}} of weights leave "
+        f"no room for a KV cache in {{capacity}}; SGLang keeps that reserve outside --mem-fraction-static "
+        f"({fraction:.3f} here): a larger one gives the KV cache room if the CUDA graphs fit the rest (serve "
+        "prices only the default)"
+    )
 
 
 def priced_chunk(est: Any) -> int | None:

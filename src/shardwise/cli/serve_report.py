@@ -8,8 +8,16 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.cli.serve_caps import cap_name, closed_loop_queue, engine_capped
-from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
+from shardwise.cli.serve_caps import cap_name, closed_loop_queue, engine_capped, overloaded
+from shardwise.cli.serve_header import (
+    budget_text,
+    engine_text,
+    kernel_text,
+    lengths_text,
+    memory_note,
+    mix_over_context,
+    pcie_text,
+)
 from shardwise.requests.serve_notes import all_reduce_text, table_notes
 
 
@@ -29,6 +37,7 @@ def print_estimates(
     from shardwise.cli.render import console
     from shardwise.cli.serve_caps import no_sequence_fits
     from shardwise.cli.serve_targets import replicas_label
+    from shardwise.export_serving import memory_total_bytes
     from shardwise.units import format_bytes, format_seconds
 
     out = console()
@@ -40,15 +49,15 @@ def print_estimates(
     beyond = f" (beyond {model.name}'s {model.context_words})" if long else ""
     out.print(
         f"[bold]{model.name}[/] on {int(cluster.num_gpus)} x {cluster.gpu.name} ({cluster.intra_node_link.name} "
-        f"inside a server{across}); {_lengths_text(workload, rows, mix)}{beyond}; "
+        f"inside a server{across}); {lengths_text(workload, rows, mix)}{beyond}; "
         f"weights {workload.weight_precision} (GEMMs in {rows[0][1].scenario.plan.precision}), KV cache "
-        f"{workload.kv_precision}; {_engine_text(workload)}{_kernel_text(workload, rows)}runtime {workload.runtime}; "
+        f"{workload.kv_precision}; {engine_text(workload)}{kernel_text(workload, rows)}runtime {workload.runtime}; "
         + all_reduce_text(workload.custom_all_reduce, cluster)
         + ("" if cluster.p2p else "; P2P off (NCCL through host memory)")
-        + _pcie_text(cluster)
+        + pcie_text(cluster)
         + ("" if cluster.nvls or not cluster.intra_node_link.nvls_efficiency else "; NVLS off")
     )
-    over = _mix_over_context(mix, model)
+    over = mix_over_context(mix, model)
     if over:
         out.print(f"[yellow]note: {over} (--seq-len to change it)[/]")
     inflight = rows[0][1].batching == "inflight"
@@ -77,14 +86,14 @@ def print_estimates(
         # a plan that does not fit has no times or rates: "-", in every mode (JSON: null)
         timed = fits and math.isfinite(float(est.tpot_s))
         table.add_row(
-            name if fits else f"{name} \\[does not fit]",
-            _count(est.mean_running) if not users else f"{int(est.workload.batch)}",
+            (f"{name} \\[overloaded]" if overloaded(est) else name) if fits else f"{name} \\[does not fit]",
+            _count(est.mean_running) if not users else f"{int(est.workload.batch):,}",
             format_seconds(float(est.ttft_s)) if fits else "-",
             _time(est.tpot_s) if fits else "-",
             format_seconds(float(est.e2e_s)) if fits else "-",
             f"{float(est.throughput_tokens_per_s):,.0f}" if fits else "-",
             f"{float(est.per_user_tokens_per_s):,.1f}" if timed else "-",
-            format_bytes(float(est.total_bytes)),
+            format_bytes(float(memory_total_bytes(est))),
             f"{int(est.max_batch):,}",
             style=style,
         )
@@ -92,7 +101,9 @@ def print_estimates(
     out.print(
         "[dim]TTFT: time to first token (prefill); TPOT: time per output token (decode); latency: end to end "
         "per request; tok/s: generated tokens per second, all replicas; max batch: sequences per replica that "
-        "fit the KV cache" + (f"; {USERS_NOTE if users else RUNNING_NOTE}; {POOL_NOTE}" if inflight else "") + "[/]"
+        "fit the KV cache"
+        + (f"; {USERS_NOTE if users else RUNNING_NOTE}" if inflight else "")
+        + f"; {memory_note(workload)}[/]"
     )
     for note in table_notes(rows):
         out.print(f"[dim]{note}[/]")
@@ -141,11 +152,6 @@ def print_estimates(
 
 USERS_NOTE = "users: requests in flight, queued ones too"
 RUNNING_NOTE = "running: requests admitted, mean over time"
-# the column is `ServingEstimate.total_bytes`: the reserve too (JSON `memory_bytes.runtime_reserve`; review 45 #10)
-POOL_NOTE = (
-    f"memory: weights + the engine's KV pool + a {RUNTIME_RESERVED_BYTES / 2**30:g} GiB runtime reserve "
-    "(CUDA context, workspaces, NCCL)"
-)
 # the parts of an iteration (or output token) as the report names them
 PART_NAMES = {"tp_comm": "tp comm", "pp_p2p": "pp sends", "pp_wait": "pp wait"}
 PP_WAIT_NOTE = (
@@ -189,33 +195,6 @@ def _comm_name(plan: Any) -> str:
     return " + ".join(groups) or "comm"
 
 
-def _mix_over_context(mix: Any, model: Any) -> str:
-    """What share of a table mix's requests (a --lengths CSV) is longer than the context the model
-    serves (`Model.serving_context`), in words ("" for none, and for a log-normal mix, which is drawn
-    within the context)."""
-    if mix is None or getattr(mix, "input_lens", None) is None:
-        return ""
-    total = mix.input_lens + mix.output_lens
-    long = total > model.serving_context
-    if not long.any():
-        return ""
-    share = float(mix.weights[long].sum())
-    return (
-        f"{share:.0%} of the requests of {mix.name} (the longest {int(total.max()):,} tokens) are longer than "
-        f"the model's {model.context_words}"
-    )
-
-
-def _lengths_text(workload: Any, rows: list[tuple[str, Any]], mix: Any) -> str:
-    """The requests' lengths: fixed, or the mix with its means and source."""
-    if mix is None:
-        return f"{workload.input_len} prompt + {workload.output_len} new tokens per request"
-    from shardwise.requests.serve_result import mix_means
-
-    mean_in, mean_out = mix_means(mix, rows[0][1])
-    return f"request lengths {mix.name} (drawn, mean {mean_in:,.0f} prompt + {mean_out:,.0f} new tokens; {mix.source})"
-
-
 def _time(seconds: Any) -> str:
     """A time, or '-' where there is none (no decode step with one output token)."""
     from shardwise.units import format_seconds
@@ -242,7 +221,7 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
         f"{arrivals} at {first.request_rate_per_s:g} requests/s"
         if first.request_rate_per_s is not None
         else (
-            f"{first.users} request{'s' if first.users != 1 else ''} always in flight"
+            f"{first.users:,} request{'s' if first.users != 1 else ''} always in flight"
             if first.users is not None
             else f"{full}, each finished request replaced at once (a sustained rate: the "
             "requests started spread over one request's lifetime, not sent in one burst)"
@@ -256,7 +235,7 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
         else "no plan fits: nothing simulated"
     )
     out.print(
-        f"[dim]in-flight batching, chunked prefill (<= {first.max_batched_tokens:,} tokens{per}), {how}: "
+        f"[dim]in-flight batching, chunked prefill ({budget_text(rows, per)}), {how}: "
         f"{simulated} (--batching static: one batch)[/]"
     )
     for label, est in rows:
@@ -289,8 +268,9 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
             )
         if est.overloaded:
             out.print(
-                f"[red]  {label}: {est.request_rate_per_s:g} requests/s is more than it sustains: queues grow "
-                "without bound, and its percentiles grow with --requests[/]"
+                f"[red]  {label}: overloaded: {est.request_rate_per_s:g} requests/s is more than the "
+                f"{float(est.max_request_rate_per_s):,.3g} requests/s it serves: queues grow without bound, and its "
+                "percentiles grow with --requests[/]"
             )
         elif est.short_of_offered:
             out.print(
@@ -345,34 +325,3 @@ def draw_frontier(
         )
     )
     return plots.save(plots.serving_frontier(panels, title, *spread), path)
-
-
-def _pcie_text(cluster: Any) -> str:
-    """The system's PCIe layout, where its preset gives one (`specs.pcie`)."""
-    top = getattr(cluster, "pcie", None)
-    if top is None:
-        return ""
-    where = "each GPU on its own root port" if top.gpus_per_switch == 1 else f"{top.gpus_per_switch} GPUs per switch"
-    beyond = "P2P" if top.p2p_beyond_switch and cluster.p2p else "staged through host memory"
-    cpu = {"intel": " (Intel CPUs)", "amd": " (AMD CPUs)"}.get(top.cpu, "")
-    return f"; PCIe: {where}, {top.gpus_per_socket} per socket{cpu}, hops beyond a switch {beyond}"
-
-
-def _kernel_text(workload: Any, rows: Any) -> str:
-    """vLLM's and SGLang's attention kernel on this GPU, or the one asked for (`engines.engine_attention`)."""
-    from shardwise.engines.engine_attention import KERNEL_ENGINES
-
-    plan = rows[0][1].scenario.plan
-    if workload.engine not in KERNEL_ENGINES or not bool(plan.flash_attention):
-        return ""
-    return f"attention {plan.attention_kernel}{'' if workload.attention_kernel else ' (its default here)'}; "
-
-
-def _engine_text(workload: Any) -> str:
-    """The engine preset whose memory rule and defaults apply (`engines.engine_presets`)."""
-    from shardwise.engines.engine_presets import engine
-
-    preset = engine(workload.engine)
-    version = "" if preset.version in ("", "-") else f" {preset.version}"  # plain PyTorch has none
-    static = "" if preset.continuous_batching else " (no in-flight batching: static batches)"
-    return f"engine {preset.name}{version}{static}; "

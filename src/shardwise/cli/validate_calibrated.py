@@ -6,14 +6,15 @@ from typing import Any
 
 import click
 
-from shardwise.calibration.spreads import SERVING_RUNS
+from shardwise.calibration.spreads import SERVING_MEASUREMENTS
 
 SPLITS = ("dev", "holdout", "serving")
 TITLES = {
     "dev": "training, dev split (the GEMM prior and the spreads were set on it)",
     "holdout": "training, holdout split (untouched)",
     "serving": (
-        f"serving, the {SERVING_RUNS} published measurements of `validate inference` (not split: they set no constant)"
+        f"serving, the {SERVING_MEASUREMENTS} published measurements of `validate inference` "
+        "(not split: they set no constant)"
     ),
 }
 

@@ -177,10 +177,21 @@ def _as_flash2(gpu: Any, kernel: str) -> str:
     return as_flash2(gpu, kernel, forward_only=True) if kernel in FLASH34_KERNELS else ""
 
 
+# vLLM's FlashAttention backend off Hopper: vllm/attention/utils/fa_utils.py `get_flash_attn_version`
+# defaults to FA3 only where the compute capability's major is 9, and a VLLM_FLASH_ATTN_VERSION=3 asked
+# elsewhere falls back to FA2 (its vllm_flash_attn build reports FA3 unsupported there)
+VLLM_FA2_FALLBACK = (
+    "vLLM's FlashAttention backend runs FA2 there (fa_utils.get_flash_attn_version takes FA3 only on "
+    "compute capability 9.x and falls back to FA2 when VLLM_FLASH_ATTN_VERSION=3 is asked elsewhere)"
+)
+
+
 def serving_attention_note(engine: str, gpu: Any, kernel: str | None = None) -> str | None:
     """A note where the engine's attention on `gpu` is not the fused kernel other GPUs run, or where an
     asked FlashAttention-3/4 runs FlashAttention-2's design (`_as_flash2`), else None."""
     if kernel and (why := _as_flash2(gpu, kernel)):
+        if engine == "vllm" and kernel == "flash3":  # vLLM's own reason, not the training stacks' (review 50 #12)
+            why = VLLM_FA2_FALLBACK
         return f"--attention-kernel {kernel} on {gpu.name}: {why}; priced as flash2"
     if engine in UNFUSED_EVERYWHERE and bool(getattr(gpu, "flash_attention", True)):
         return (

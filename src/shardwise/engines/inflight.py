@@ -168,8 +168,10 @@ def estimate_inflight(
     if replica.table is None:
         nan = float("nan")
         return InflightEstimate(
-            scn, replica.workload, nan, nan, nan, 0.0, 0, replica.weights_bytes, 0.0, {}, {}, nan, users=users,
-            lengths="fixed" if mix is None else mix.name,
+            scn, replica.workload, nan, nan, nan, 0.0, 0, replica.weights_bytes, replica.kv_pool_bytes, {}, {}, nan,
+            users=users, lengths="fixed" if mix is None else mix.name,
+            # the budget and pool it was priced with, as a simulated one's (review 50 #8, #10)
+            max_batched_tokens=replica.max_batched_tokens, round_tokens=int(replica.round_tokens),
         )  # fmt: skip
     saturated = replica.run(Traffic(users=slots, requests=requests, seed=seed))  # the rate the replicas sustain
     if rate_per_s is not None:

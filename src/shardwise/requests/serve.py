@@ -169,6 +169,7 @@ class ServeRequest:
     # --- the answer ----------------------------------------------------------------------------
     def setting(self) -> ServeSetting:
         """Model, cluster, plans, workload and traffic resolved and checked (no plan priced yet)."""
+        from shardwise import hf_notes
         from shardwise.requests.build import build_cluster, build_model, load_calibration, model_notes, stage_kwargs
         from shardwise.requests.serve_mix import check_mix_flags, request_mix
         from shardwise.specs.serving import ServingWorkload
@@ -178,7 +179,8 @@ class ServeRequest:
         cluster_options = {**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None}
         cal = load_calibration(options.get("calibration"))
         cluster = build_cluster(cluster_options, notes, cal)
-        model = build_model(options, self._tp_max(cluster))  # --hidden: the heads every plan's tp splits
+        with hf_notes.serving_notes():  # a config.json's training cap does not apply (`hf_notes`)
+            model = build_model(options, self._tp_max(cluster))  # --hidden: the heads every plan's tp splits
         notes[:0] = model_notes(options)
         if model.is_hybrid:  # as `engines.serving.serving_scenario` says, once instead of per plan
             raise SpecError(f"model {model.name!r}: serving a hybrid Mamba-2 model is not priced yet (training is)")
@@ -200,33 +202,9 @@ class ServeRequest:
             from shardwise.presets import system
 
             cluster = cluster.with_(pcie=system(options["system"]).pcie)
-        from shardwise.requests.serve_notes import serving_specs
-        from shardwise.requests.serve_plans import EXPERT_PARALLEL_ENGINES, Layouts, context_run, experts_run, layouts
+        from shardwise.requests.serve_plans import checked_specs
 
-        given = Layouts(serving_specs(self.plans))
-        found = given if self.plans else layouts(cluster, model, self.framework)
-        specs = found.specs
-        if not self.plans and model.is_moe and self.framework not in EXPERT_PARALLEL_ENGINES and len(specs) > 1:
-            notes.append(
-                f"{model.name} is a mixture of experts: the layouts compared split every expert over its tp "
-                f"ranks (ep 1), as {self.framework} runs it (expert-parallel layouts are compared under "
-                "--framework tensorrt-llm, vllm or sglang)"
-            )
-        notes += experts_run(specs, self.framework) if self.plans else []
-        context_run(specs, self.framework, bool(model.kv_lora_rank))  # engines without cp: refused
-        allowed = {"first_stage_layers", "last_stage_layers", "cp", "ep", "etp"}
-        for spec in specs:
-            extra = [k for k, _ in spec.options if k not in allowed]
-            if extra:
-                raise SpecError(
-                    f"--plan {spec.label!r}: serving plans take only tp, pp, cp, first, last, ep and etp "
-                    f"(not {', '.join(extra)}); replicas fill the GPUs"
-                )
-        if len({s.label for s in specs}) != len(specs):
-            raise SpecError("each --plan must be different")
-        from shardwise.requests.serve_plans import kv_replicas_run
-
-        specs = kv_replicas_run(specs, self.framework, int(model.kv_heads), bool(self.plans))
+        specs, found = checked_specs(self.plans, cluster, model, self.framework, notes)
         stages = stage_kwargs(options, int(model.layers))
         if stages and all(spec.pp == 1 for spec in specs):  # were ignored without a word (predict refuses them)
             flags = " and ".join(f"--{key.replace('_', '-')}" for key in stages)

@@ -78,7 +78,7 @@ def spreads(rows: list[tuple[str, Any]], calibration: str | None) -> dict[str, t
         out = {}
         for label, est in rows:  # validate inference's rows are all dense, on SERVING_GPUS
             gpu, family = est.scenario.cluster.gpu.name, model_family(est.scenario.model)
-            basis = serving_basis(est.workload.engine) + (", all of dense models" if family else "")
+            basis = serving_basis(est.workload.engine, moe=bool(family))
             unmeasured = serving_unmeasured(gpu, family)
             basis = f"{UNMEASURED}{unmeasured}; {basis}" if unmeasured else basis
             if cal is not None:

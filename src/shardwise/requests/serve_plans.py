@@ -15,6 +15,28 @@ def scenario_of(
     return spec.label, scenario(model, cluster, spec, stages, engine)
 
 
+def resolved_all(specs: list[Any], gpus: int) -> list[Any]:
+    """`specs` with each 'all' the degree it resolves to on `gpus` GPUs (`PlanSpec.degrees`), in its
+    label too ("tp=all" on 8 GPUs: "tp=8"; the table, JSON and refusals showed "tp=all"; review 50 #12);
+    one that resolves to no whole layout kept as given (refused where priced)."""
+    import re
+    from dataclasses import replace
+
+    out = []
+    for spec in specs:
+        if "all" not in (spec.tp, spec.pp):
+            out.append(spec)
+            continue
+        tp, pp, dp = (float(x) for x in spec.degrees(gpus))
+        if not dp.is_integer() or dp < 1:
+            out.append(spec)
+            continue
+        degree = {"tp": int(tp), "pp": int(pp)}
+        label = re.sub(r"\b(tp|pp)=all\b", lambda m, d=degree: f"{m[1]}={d[m[1]]}", spec.label)
+        out.append(replace(spec, label=label, tp=int(tp), pp=int(pp)))
+    return out
+
+
 def scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None = None, engine: str = "") -> Any:
     """The Scenario of --plan `spec`; its stages as `stages` or the plan say, else as `engine` splits
     them itself (`specs.stages.engine_split_counts`: TensorRT-LLM's tensor_split)."""
@@ -189,3 +211,35 @@ def layouts(cluster: Any, model: Any = None, framework: str = "tensorrt-llm") ->
             f"(ep = {gpus})"
         )
     return Layouts([parse_plan_spec(t) for t in labels], twins, tuple(left), said)
+
+
+def checked_specs(plans: Any, cluster: Any, model: Any, framework: str, notes: list[str]) -> tuple[list[Any], Layouts]:
+    """The --plan specs (each 'all' resolved) or, none given, every layout of the machine, checked
+    for what `framework` serves (experts, context parallelism, KV-head replicas, the keys a serving
+    plan takes), with the layouts they came from; notes appended to `notes`."""
+    from shardwise.requests.serve_notes import serving_specs
+
+    given = Layouts(resolved_all(serving_specs(plans), int(cluster.num_gpus)))
+    found = given if plans else layouts(cluster, model, framework)
+    specs = found.specs
+    if not plans and model.is_moe and framework not in EXPERT_PARALLEL_ENGINES and len(specs) > 1:
+        notes.append(
+            f"{model.name} is a mixture of experts: the layouts compared split every expert over its tp "
+            f"ranks (ep 1), as {framework} runs it (expert-parallel layouts are compared under "
+            "--framework tensorrt-llm, vllm or sglang)"
+        )
+    notes += experts_run(specs, framework) if plans else []
+    context_run(specs, framework, bool(model.kv_lora_rank))  # engines without cp: refused
+    allowed = {"first_stage_layers", "last_stage_layers", "cp", "ep", "etp"}
+    for spec in specs:
+        extra = [k for k, _ in spec.options if k not in allowed]
+        if extra:
+            raise SpecError(
+                f"--plan {spec.label!r}: serving plans take only tp, pp, cp, first, last, ep and etp "
+                f"(not {', '.join(extra)}); replicas fill the GPUs"
+            )
+    if len({s.label for s in specs}) != len(specs):
+        raise SpecError("each --plan must be different")
+
+    specs = kv_replicas_run(specs, framework, int(model.kv_heads), bool(plans))
+    return specs, found

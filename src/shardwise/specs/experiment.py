@@ -37,11 +37,20 @@ class PlanSpec:
     KEYS = ("tp", "pp", "cp", "vpp", "mb", "schedule", "recompute", "sp", "zero", "shard", "first", "last", "ep", "etp")
 
     def degrees(self, gpus: Any) -> tuple[Any, Any, Any]:
-        """(tp, pp, dp) on `gpus` GPUs (arrays allowed); dp = gpus / (tp pp cp), NaN if not whole."""
+        """(tp, pp, dp) on `gpus` GPUs (arrays allowed); dp = gpus / (tp pp cp), NaN if not whole.
+        "all" is every GPU the other axes leave: `pp=all,tp=2` on 8 GPUs is pp 4 (it was pp 8, refused
+        as "tp x pp = 16"; review 50 #12); where they leave no whole number, every GPU (refused)."""
         g = np.asarray(gpus)
-        tp = g if self.tp == "all" else np.asarray(self.tp)
-        pp = g if self.pp == "all" else np.asarray(self.pp)
-        return tp, pp, g / (tp * pp * dict(self.options).get("cp", 1))
+        cp = dict(self.options).get("cp", 1)
+
+        def resolved(axis: int | str, other: int | str) -> Any:
+            if axis != "all":
+                return np.asarray(axis)
+            rest = cp * (1 if other == "all" else int(other))
+            return np.where(g % rest == 0, g // rest, g)
+
+        tp, pp = resolved(self.tp, self.pp), resolved(self.pp, self.tp)
+        return tp, pp, g / (tp * pp * cp)
 
     def plan_kwargs(self) -> dict[str, Any]:
         return dict(self.options)
