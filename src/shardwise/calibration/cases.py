@@ -91,6 +91,8 @@ def _stack(scns: list[Scenario]) -> Scenario:
                 bool(v) if v is not None else int(s.plan.schedule) == 2 for v, s in zip(values, scns, strict=True)
             ]
         kw[name] = np.array([int(v) if name in ("schedule", "recompute") else v for v in values])[None, :]
+    if first.plan.stage_layers:  # one explicit split (in the group key) fixes one pp: kept a number, as the split needs
+        kw["pp"] = first.plan.pp
     model = replace(
         first.model,
         name="runs",
