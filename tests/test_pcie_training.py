@@ -143,3 +143,13 @@ def test_crossover_widens_the_pcie_tp_band_and_says_so(cli):
     assert width[("pp=8", "PCIe")] == pytest.approx(width[("pp=8", "NVLink")])
     assert width[("tp=8", "NVLink")] == pytest.approx(width[("pp=8", "NVLink")])
     assert "no published training run over PCIe" in d["interval"]["basis"]
+
+
+def test_a_swept_link_is_widened_only_where_it_is_below_nvlink_class():
+    """crossover --vary bandwidth=4GB/s..900GB/s: the band widens at the PCIe-class points only
+    (review 53 #1: every point, 900 GB/s included, was widened once the grid held one)."""
+    cluster = presets.system("dgx-a100")
+    rates = np.array([16e9, 64e9, 300e9, 900e9])
+    link = cluster.intra_node_link.with_(bandwidth_bytes_per_s=rates)
+    scn = Scenario(presets.model("gpt-96l-4096h"), cluster.with_(intra_node_link=link), Plan(tp=8, global_batch=8))
+    assert np.asarray(over_pcie(scn)).tolist() == [True, True, False, False]
