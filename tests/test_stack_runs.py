@@ -143,3 +143,18 @@ def test_nothing_fits_suggests_zero_3_with_a_pipeline_only_where_the_stack_runs_
     assert code != 0 and "ZeRO-3," in err and "--zero-with-pp" not in err
     code, _out, err = cli([*base, "--framework", "megatron-core"])
     assert code != 0 and "ZeRO-3 (--zero-with-pp to combine it with a pipeline)" in err
+
+
+def test_a_file_like_maxtext_with_its_own_schedules_drops_maxtexts_pipeline_default(tmp_path, cli):
+    """Review 53 #3: `like: maxtext` with `schedules: [1f1b]` ran into the inherited
+    `pipeline_schedule: gpipe` the user never wrote; now its own list is priced, and a `schedule:`
+    outside the inherited list is refused in one line that names the field."""
+    own = tmp_path / "mymax.yaml"
+    own.write_text("name: mymax\nlike: maxtext\nschedules: [1f1b]\n")
+    args = "predict --model llama3-8b --system dgx-a100 --nodes 2 --tp 2 --pp 2 --global-batch 64 --framework"
+    code, out, _ = cli([*args.split(), str(own)])
+    assert code == 0 and "1f1b" in out and "gpipe" not in out.split("plan:")[1][:40]
+    bad = tmp_path / "mymax3.yaml"
+    bad.write_text("name: mymax3\nlike: maxtext\nschedule: 1f1b\n")
+    code, _, err = cli([*args.split(), str(bad)])
+    assert code == 2 and "schedule: 1f1b is not among its schedules (gpipe)" in err

@@ -214,6 +214,11 @@ def with_like(key: str, data: dict[str, Any], table: dict[str, dict[str, Any]]) 
     own = {k: data[k] for k in ("name",) if k in data}  # shown first (`presets show FILE`)
     merged = {**own, "like": name, **inherited, **data}
     merged["like"] = name  # as the table spells it
+    said = data.get("schedules")
+    if "pipeline_schedule" not in data and (  # the file's own schedule (list) over the preset's pipeline default
+        "schedule" in data or (said is not None and merged.get("pipeline_schedule") not in said)
+    ):
+        merged.pop("pipeline_schedule", None)
     if "zero3_buckets" in data and "zero3_buckets" in inherited:  # the file's keys over the preset's
         from shardwise.specs.zero3 import buckets_over
 
