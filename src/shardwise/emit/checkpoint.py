@@ -76,7 +76,11 @@ def check_stored(engine: str, model_id: str, priced: str, stored: Stored | None)
             return
     elif priced == stored.precision:
         return
-    fix = f"give --hf-id ORG/NAME of a checkpoint stored in {priced}" if priced not in SIXTEEN else "give --hf-id"
+    fix = (  # another checkpoint: one stored as priced
+        f"give --hf-id ORG/NAME (or a folder) of a checkpoint stored in {priced}"
+        if priced not in SIXTEEN
+        else "give --hf-id ORG/NAME (or a folder) of a 16-bit checkpoint"
+    )
     if stored.quantised:
         fix = f"price --weight-precision {stored.precision}, or {fix}"
     raise EmitError(

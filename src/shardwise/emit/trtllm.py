@@ -122,13 +122,18 @@ def launch(
         if tuple(stages) == own:
             notes.append(
                 f"stages of {describe_counts(stages)} layers: TensorRT-LLM's own split (Mapping.pp_layers, "
-                "torch.tensor_split: the first ranks one layer more), as priced"
+                + (
+                    "torch.tensor_split: the first ranks one layer more), as priced"
+                    if len(set(stages)) > 1
+                    else "even)"
+                )
             )
         else:
             yaml.append(f"pp_partition: [{', '.join(str(n) for n in stages)}]")
             notes.append(
                 f"stages of {describe_counts(stages)} layers as priced: pp_partition in {OPTIONS_FILE} (an LLM API "
-                "field from TensorRT-LLM 1.2, which Mapping.pp_layers splits by; its own split is "
+                "field from TensorRT-LLM 1.2 on: 1.0 and 1.1 refuse the file; Mapping.pp_layers splits by it; "
+                "its own split is "
                 f"{describe_counts(list(own))})"
             )
     files = ((OPTIONS_FILE, "\n".join(yaml) + "\n"),) if yaml else ()
