@@ -88,3 +88,32 @@ def test_gpt_oss_prompts_priced_within_10_percent_on_both_splits():
     for key in ("llamacpp-19378-gptoss-pp512", "llamacpp-19378-gptoss-pp8192"):
         for side in breakdown(next(p for p in sp.PAIRS if p.key == key)):
             assert abs(side.error) < 0.10, (key, side.side, side.error)
+
+
+def test_serve_prices_the_experts_per_n_ubatch_micro_batch_as_the_breakdown(monkeypatch):
+    """Review 52: `serve` gave MMQ a whole prompt (8192 tokens under `-sm tensor`, full tiles);
+    llama.cpp runs n_ubatch (512) micro-batches, each tiling its own tokens, as the breakdown does."""
+    from shardwise.engines import moe
+    from shardwise.engines.serving import ServingWorkload, estimate_serving
+
+    seen: list[tuple[float, float]] = []
+
+    def spy(times, gemms, tokens, gpu, precision):
+        out = experts_times(times, gemms, tokens, gpu, precision)
+        seen.append((float(np.max(tokens)), float(np.max(out[0].forward_s + out[1].forward_s))))
+        return out
+
+    monkeypatch.setattr(moe, "experts_times", spy)
+    pair = next(p for p in sp.PAIRS if p.key == "llamacpp-19378-gptoss-pp8192")
+    tensor = next(side for side in breakdown(pair) if side.side == "tensor")
+    assert tensor.tokens_per_micro_batch == 512
+    wanted = {t: s for t, s in seen if t > 1}
+    seen.clear()
+    scn = Scenario(sp.pair_model(pair), sp._cluster(pair), sp.llama_cpp_plan(pair, 4, 1))
+    wl = ServingWorkload(8192, 1, 1, "mxfp4", "bf16", "cpp-eager", engine="llama.cpp")
+    est = estimate_serving(scn, wl)
+    got = {t: s for t, s in seen if t > 1}
+    assert set(wanted) == {512.0}
+    assert got[512.0] == pytest.approx(wanted[512.0], rel=1e-12)
+    # the prompt: 16 micro-batches of 512 tokens, as the breakdown's tensor side (8192 tokens at once, before: 0.98 s)
+    assert float(est.ttft_s) == pytest.approx(pair.tokens / tensor.predicted_tokens_per_s, rel=1e-9)
