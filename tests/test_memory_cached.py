@@ -115,3 +115,14 @@ def test_predict_shows_the_cached_blocks_beside_the_total():
     assert mem["cached"] > 0.1 * mem["total"]  # the HybridZeroOptimizer's flat-shard step
     text = CliRunner().invoke(main, argv, terminal_width=200).output
     assert "cached (released before out of memory)" in text
+
+
+def test_the_internevo_preset_says_which_version_its_metric_logits_price():
+    """Review 52: the 16 bytes a logit hold at the published tables' tag (v0.2.1dev20231121, eba2b85),
+    not at 34fc28d (220953d, in v0.2.1dev20240102 on, runs exp_ in place: 8); the preset says so."""
+    from shardwise import presets
+
+    source = " ".join(str(presets.raw("frameworks")["internevo"]["source"]).split())
+    assert "v0.2.1dev20231121" in source and "eba2b85" in source
+    assert "8 from v0.2.1dev20240102 on" in source
+    assert stack_memory("internevo").logits_bytes_per_element == 16.0
