@@ -101,6 +101,11 @@ def mmq_ids_s(g: Gemm, tokens: Number, gpu: Gpu) -> Number:
     weights = g.batch * g.b_bytes * g.k * g.n
     moved = tiles * weights + g.batch * m * (g.a_bytes * g.k + g.out_bytes * g.n)
     load_s = moved / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency)
+    # ASSUMPTION (review 52): the INT8 MMAs sustain the GPU's 16-bit cuBLAS GEMM efficiency
+    # (`Gpu.matmul_efficiency`, 0.95 on the RTX 4090 from torch BF16 GEMMs); no MMQ INT8 throughput of
+    # one GEMM shape was found (llama.cpp PRs 7676, 8062 give whole-model llama-bench rows), none is
+    # fitted. At 0.7 the GPT-OSS-120B pairs go from -6/-6/-6/-3% to -16/-10/-16/-7% (docs/serving.md).
+    # Dense quantised products, the same `mul_mat_q`, keep the 16-bit rate (`physics.kernels`).
     mma_s = flops / (int8_ops_per_s(gpu) * gpu.matmul_efficiency)
     return load_s + mma_s + gpu.kernel_launch_s + kernel_fixed_s(gpu)
 
