@@ -148,6 +148,7 @@ def test_mxfp4_matrix_vector_limit_is_7_tokens_on_turing_and_ampere_only():
 
 def test_stated_int8_rates_of_the_geforce_workstation_and_cdna3_presets():
     """Dense INT8 peaks (gpus.yaml): RTX 5090 838 (whitepaper, 4x its halved 16-bit 209.5), RTX PRO
-    6000 1,007.6, MI300X 2,614.9 (datasheet)."""
-    for name, tops in (("rtx-5090", 838.0), ("rtx-pro-6000", 1007.6), ("mi300x", 2614.9), ("rtx-4090", 660.6)):
+    6000 1,007.6, MI300X and MI325X 2,614.9 (datasheets), an MI250X GCD 191.5 (its 16-bit rate, not twice)."""
+    rates = (("rtx-5090", 838.0), ("rtx-pro-6000", 1007.6), ("mi300x", 2614.9), ("mi325x", 2614.9))
+    for name, tops in (*rates, ("mi250x-gcd", 191.5), ("rtx-4090", 660.6)):
         assert float(presets.gpu(name).peak_ops_per_s_int8) == pytest.approx(tops * 1e12), name
