@@ -187,7 +187,6 @@ class MemoryBreakdown:
             "allocator": self.allocator_bytes,
             "reserved": self.reserved_bytes,
             "total": self.total_bytes,
-            "cached": self.cached_bytes,  # not in total: released before running out (review 52)
         }
 
 
