@@ -482,4 +482,5 @@ def test_suggest_json_writes_memory_bytes_as_a_dict_of_parts_with_its_total():
     for row in (out["pick"], out["suggestions"][0]["row"]):
         parts = row["memory_bytes"]
         assert isinstance(parts, dict) and "memory_breakdown_bytes" not in row
-        assert parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"), rel=1e-9)
+        summed = sum(v for k, v in parts.items() if k not in ("total", "cached"))  # cached: beside the total
+        assert parts["total"] == pytest.approx(summed, rel=1e-9)

@@ -2,6 +2,7 @@
 split of `partition_uniform`, the training metric's fp32 logit copies, and what the caching allocator
 keeps reserved beside the HybridZeroOptimizer's flat-shard step (`physics.memory_cached`)."""
 
+import json
 import math
 
 import pytest
@@ -96,3 +97,32 @@ def test_step_cached_bytes_buckets_shrink_with_the_gradients_and_the_shard_divid
     got = step_cached_bytes(cache, 0.0, 0.0, 12.0, 1e8, 4, 0.0)
     assert got == pytest.approx(2e8 + 14 * 1e8 / 4)
     assert step_cached_bytes(cache, 0.0, 0.0, 12.0, 1e8, 4, math.inf) == 0.0
+
+
+def test_predict_shows_the_cached_blocks_beside_the_total():
+    """Review 52: `predict` printed no cached part, so a device peak (nvidia-smi) above its total
+    had no explanation; the JSON key and the table's row, the total left as it was."""
+    from click.testing import CliRunner
+
+    from shardwise.cli import cli as main
+
+    argv = ["predict", "--model", "internlm-7b", "--system", "dgx-a100", "--nodes", "1", "--framework", "internevo"]
+    argv += ["--tp", "1", "--pp", "1", "--global-batch", "8"]
+    data = json.loads(CliRunner().invoke(main, [*argv, "--json"]).output)
+    mem = data["memory_bytes"]
+    parts = ("weights", "gradients", "optimizer", "activations", "buffers", "allocator", "reserved")
+    assert mem["total"] == pytest.approx(sum(mem[k] for k in parts), abs=8)  # cached left out
+    assert mem["cached"] > 0.1 * mem["total"]  # the HybridZeroOptimizer's flat-shard step
+    text = CliRunner().invoke(main, argv, terminal_width=200).output
+    assert "cached (released before out of memory)" in text
+
+
+def test_the_internevo_preset_says_which_version_its_metric_logits_price():
+    """Review 52: the 16 bytes a logit hold at the published tables' tag (v0.2.1dev20231121, eba2b85),
+    not at 34fc28d (220953d, in v0.2.1dev20240102 on, runs exp_ in place: 8); the preset says so."""
+    from shardwise import presets
+
+    source = " ".join(str(presets.raw("frameworks")["internevo"]["source"]).split())
+    assert "v0.2.1dev20231121" in source and "eba2b85" in source
+    assert "8 from v0.2.1dev20240102 on" in source
+    assert stack_memory("internevo").logits_bytes_per_element == 16.0

@@ -171,7 +171,8 @@ def estimate_dict(est: TrainingEstimate) -> dict[str, Any]:
         ),
         "hidden_s": {k: plain(v) for k, v in est.hidden_comm_s.items()},
         "compute_parts_s": {k: plain(v) for k, v in est.compute_parts_s.items()},
-        "memory_bytes": whole_bytes_parts(est.memory.as_dict()),
+        # beside the total, not in it: what the allocator would release before running out (review 52)
+        "memory_bytes": whole_bytes_parts({**est.memory.as_dict(), "cached": est.memory.cached_bytes}),
         "gpu_memory_bytes": whole_bytes(est.scenario.cluster.gpu.memory_bytes),
         "fits_in_memory": plain(est.fits_in_memory),
         "mfu_16bit_peak": plain(est.mfu_16bit_peak),  # `mfu` divides by the precision's peak (FP8's for fp8)

@@ -79,6 +79,7 @@ _GPU_FIELDS = {
     "peak_fp8": ("peak_flops_per_s_fp8", units.parse_flops_per_s),
     "peak_fp4": ("peak_flops_per_s_fp4", units.parse_flops_per_s),
     "peak_int8": ("peak_ops_per_s_int8", units.parse_flops_per_s),
+    "int8_mma": ("int8_mma", yes_no),
     "memory": ("memory_bytes", units.parse_bytes),
     "memory_bandwidth": ("memory_bandwidth_bytes_per_s", units.parse_rate_bytes_per_s),
     "matmul_efficiency": ("matmul_efficiency", real),

@@ -173,22 +173,28 @@ def whole_bytes(value: Any) -> Any:
     return whole[0] if arr.ndim == 0 else np.array(whole, dtype=object).reshape(arr.shape).tolist()
 
 
+# a memory breakdown's keys that its parts do not add up to: the total, and the blocks the caching
+# allocator keeps cached and would release before running out (`MemoryBreakdown.cached_bytes`)
+BESIDE_TOTAL = ("total", "cached")
+
+
 def whole_bytes_parts(parts: dict[str, Any]) -> dict[str, Any]:
     """A memory breakdown for JSON ({"weights": ..., "total": ...}) in whole bytes, as `whole_bytes`
     gives a GPU's (the allocator's 10% share made 4297903308.8 bytes). The total is the rounded total
     and the parts still add up to it: each rounded down, the bytes left over going to the largest
-    fractions (Hamilton's method). An array breakdown (a grid) is rounded value by value."""
+    fractions (Hamilton's method). An array breakdown (a grid) is rounded value by value. `BESIDE_TOTAL`
+    keys (the cached blocks, not in the total) are rounded alone."""
     rounded = {k: whole_bytes(v) for k, v in parts.items()}
     total = rounded.get("total")
-    values = [v for k, v in parts.items() if k != "total"]
+    values = [v for k, v in parts.items() if k not in BESIDE_TOTAL]
     if not isinstance(total, int) or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
         return rounded
-    floors = {k: math.floor(float(v)) for k, v in parts.items() if k != "total"}
+    floors = {k: math.floor(float(v)) for k, v in parts.items() if k not in BESIDE_TOTAL}
     left = total - sum(floors.values())
     if not 0 <= left <= len(floors):  # parts that do not add up to their total: leave them as they are
         return rounded
     by_fraction = sorted(floors, key=lambda k: float(parts[k]) - floors[k], reverse=True)
-    return {k: total if k == "total" else floors[k] + (k in by_fraction[:left]) for k in parts}
+    return {k: rounded[k] if k in BESIDE_TOTAL else floors[k] + (k in by_fraction[:left]) for k in parts}
 
 
 def format_gib(memory_bytes: float) -> str:

@@ -189,7 +189,7 @@ class PlanSearch:
             tokens_per_s_per_gpu=at(est.tokens_per_s) / int(self.columns["gpus"][i]),
             mfu=at(est.mfu),
             # a dict of parts with its `total`, as `predict --json` and `serve --json` write it
-            memory_bytes={k: at(v) for k, v in est.memory.as_dict().items()},
+            memory_bytes={k: at(v) for k, v in {**est.memory.as_dict(), "cached": est.memory.cached_bytes}.items()},
             # predict's: the GPU's capacity; the search's filter keeps the headroom free too
             fits_in_memory=at(est.memory.total_bytes) <= float(self.cluster.gpu.memory_bytes),
             fits_with_headroom=bool(self.fits[i]),

@@ -335,6 +335,8 @@ def print_estimate(
     fits = bool(est.fits_in_memory)
     verdict = "[green]fits[/]" if fits else "[red]does NOT fit[/]"
     mt.add_row("[bold]total[/]", f"[bold]{format_bytes(total)}[/]", f"{total / capacity:.1%}")
+    if (cached := _f(est.memory.cached_bytes)) > 0:  # beside total, not in it: nvidia-smi shows it (docs/model.md)
+        mt.add_row("[dim]cached (released before out of memory)[/]", f"[dim]{format_bytes(cached)}[/]", "")
     out.print(mt)
     out.print(f"{verdict} in {format_capacity(capacity)} per GPU")
     from shardwise.requests.training import plan_headroom_note

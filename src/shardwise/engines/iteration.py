@@ -215,11 +215,13 @@ def iteration_times(
     q = np.asarray(prompt_tokens, dtype=float)
     preset = engine(wl.engine)
     if preset.ubatch_tokens:  # llama.cpp: one batch a step, cut into n_ubatch micro-batches
-        m_u = np.where(p > 1, np.maximum(np.ceil((d + q) / preset.ubatch_tokens), 1.0), 1.0)
+        # on one GPU and under `-sm tensor` too: each micro-batch sizes its own kernels (MMQ's token
+        # tile, `physics.mmq_ids`) from its own tokens, as `analyses.serving_pcie.pair_chunk` does
+        m_u = np.maximum(np.ceil((d + q) / preset.ubatch_tokens), 1.0)
         fs = _with_sends(stage_costs(scn, wl, d / m_u, q / m_u, context), preset, p > 1)
         if preset.tensor_split == "llama.cpp" and np.any(np.asarray(scn.plan.tp) > 1):  # `-sm tensor`
-            tokens = np.maximum(d / m_u + q / m_u, 1.0)
-            fs = tensor_split_stages(fs, scn, tokens, np.ceil(d + q / wl.input_len))
+            tokens = np.maximum(d / m_u + q / m_u, 1.0)  # the step's logits spread over its micro-batches
+            fs = tensor_split_stages(fs, scn, tokens, np.ceil(d + q / wl.input_len) / m_u)
         parts = layer_split_iteration(fs, p, m_u, preset.scheduler)
         return IterationTimes(*(np.where((d + q) <= 0, 0.0, x) for x in parts))
     # micro-batches in flight: one per sequence at most (prompts counted whole)

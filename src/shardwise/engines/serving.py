@@ -41,6 +41,7 @@ from shardwise.engines.engine_attention import serving_attention
 from shardwise.engines.engine_kernels import KERNELS, layer_kernels, norm_fusion_max_bytes
 from shardwise.engines.engine_presets import engine, kv_cache_bytes, max_batched_tokens, max_sequences
 from shardwise.engines.forward import ForwardStages, forward_stages
+from shardwise.engines.llamacpp_prefill import ubatch_prefill
 from shardwise.engines.llamacpp_tensor import stage_params_delta, tensor_split_stages
 from shardwise.engines.moe import stage_layer_params, stage_params
 from shardwise.engines.pipeline import (
@@ -348,13 +349,11 @@ def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
     host = np.where(p > 1, pipeline_host_s(preset, np.ceil(per_replica / m)), 0.0)
     c, c_max, compute, tp, send = phase(wl.input_len, wl.input_len)
     ttft = pipeline_makespan_s(c[0], c[1], c[2], p, m, 1, c[3]) + host  # the first micro-batch's step
-    prefill = {
-        "compute": m * compute,
-        "tp_comm": m * tp,
-        "pp_p2p": m * send,
-        "pp_wait": host,  # the first micro-batch's host step under pp
-        "pp_bubble": ttft - host - m * c_max,
-    }
+    # pp_wait: the first micro-batch's host step under pp
+    prefill = {"compute": m * compute, "tp_comm": m * tp, "pp_p2p": m * send, "pp_wait": host}
+    prefill["pp_bubble"] = ttft - host - m * c_max
+    if preset.ubatch_tokens:  # llama.cpp: the batch's prompts in n_ubatch micro-batches
+        ttft, prefill = ubatch_prefill(scn, wl, per_replica)
 
     # a decode step: each stage handles every micro-batch once, and each micro-batch crosses
     # every stage: TPOT = max(sum_j c_j, m max_j c_j)

@@ -15,8 +15,8 @@ cause: the allocator releases those cached segments before it gives up, so the e
 (`MemoryBreakdown.total_bytes`, what `fits_in_memory` tests) leaves it out and only a measured
 reserved or device peak includes it (`MemoryBreakdown.cached_bytes`), up to the GPU's memory.
 
-InternEvo's HybridZeroOptimizer (internlm/solver/optimizer/hybrid_zero_optim.py, v0.2.1dev20231121,
-commit 34fc28d; the version of doc/en/train_performance.md's memory table, torch 1.13.1): `_step`
+InternEvo's HybridZeroOptimizer (internlm/solver/optimizer/hybrid_zero_optim.py, tag v0.2.1dev20231121,
+commit eba2b85, the same at 34fc28d; the version of doc/en/train_performance.md's memory table, torch 1.13.1): `_step`
 flattens the rank's averaged 16-bit gradients into one tensor (`flatten(gradients)`, 2 bytes a
 parameter), drops the per-parameter gradients, casts the flat copy to fp32 (`.to(dtype)`, 4) and
 drops it, then torch.optim.AdamW's single-tensor step on the one flat fp32 master
@@ -48,7 +48,7 @@ from shardwise.specs._checks import Number
 # flat tensor (InternEvo's HybridZeroOptimizer: `param_group["params"] = [fp32_flat_current_rank]`)
 # or steps a list with foreach (InternEvo's FSDP path on torch >= 2.0.1).
 UNFUSED_ADAMW_TEMP_BYTES_PER_PARAM = 8.0
-# InternEvo's step at its fullest (v0.2, commit 34fc28d, torch 1.13.1 / 2.0.1 for FSDP): the fp32
+# InternEvo's step at its fullest (v0.2.1dev20231121 eba2b85 as 34fc28d, torch 1.13.1 / 2.0.1 for FSDP): the fp32
 # gradient of the rank's shard, which stays the master's `.grad` until after `optim.step()` (4:
 # HybridZeroOptimizer._step `flat_fp16_avg_grads.to(dtype)`, FSDPadaptOptimizer.step
 # `[p.grad.to(dtype) for p in fp16_params]`; internlm/solver/optimizer/hybrid_zero_optim.py,
@@ -57,7 +57,7 @@ UNFUSED_ADAMW_TEMP_BYTES_PER_PARAM = 8.0
 # 16-bit copy beside its fp32 cast (2 + 4, the 16-bit gradients freed), is smaller.
 INTERNEVO_STEP_BYTES_PER_PARAM = 4.0 + UNFUSED_ADAMW_TEMP_BYTES_PER_PARAM
 # InternEvo's HybridZeroOptimizer reduction buckets (configs/7B_sft.py `hybrid_zero_optimizer`
-# reduce_bucket_size, 34fc28d): elements of the 16-bit gradients each
+# reduce_bucket_size, eba2b85 and 34fc28d): elements of the 16-bit gradients each
 HYBRID_ZERO_BUCKET_ELEMENTS = 512.0 * 1024**2
 # the bucket being filled and the one in flight (`_bucket_in_progress`)
 HYBRID_ZERO_BUCKETS_HELD = 2
@@ -77,7 +77,7 @@ class StepCache:
     flat_copy_bytes_per_param: float = HYBRID_ZERO_FLAT_COPY_BYTES
     bucket_elements: float = HYBRID_ZERO_BUCKET_ELEMENTS
     buckets: int = HYBRID_ZERO_BUCKETS_HELD
-    source: str = "InternEvo hybrid_zero_optim.py (34fc28d): _step's flat copies, _reduce_grads_by_rank's buckets"
+    source: str = "InternEvo hybrid_zero_optim.py (eba2b85): _step's flat copies, _reduce_grads_by_rank's buckets"
 
     def bucket_bytes(self, trained: Number) -> Number:
         """The reduction buckets' blocks: `buckets` of `bucket_elements` 16-bit elements, or every

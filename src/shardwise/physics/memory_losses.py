@@ -57,12 +57,15 @@ LOSS_KERNEL_LOGIT_BYTES: dict[str, tuple[float, float | None]] = {
     "compiled": (COMPILED_LOSS_LOGIT_BYTES, None),
 }
 
-# InternEvo's training metric (internlm/model/metrics.py AccPerplex.update, v0.2.1dev20231121, 34fc28d),
+# InternEvo's training metric (internlm/model/metrics.py AccPerplex.update at tag v0.2.1dev20231121,
+# commit eba2b85, as at 7776693 of 2023-11-21; review 52: not at 34fc28d, cited here before),
 # which train.py's SchedulerMetricHook runs on every training micro-batch's output before the loss
 # (`post_helper_func`; its `skip` stops the timers alone): the last stage's logits, cast to fp32 by
 # NaiveAMPModel (`output_to_fp32`, 4), `logits.detach().clone()` (4), the out-of-place
 # `shift_logits.sub(logits_max)` (4) and `torch.exp(shift_logits)` before its sum (4): 16 bytes a
 # logit at its peak, beside the activations the micro-batch has saved. The loss after it
 # (flash-attn's CrossEntropyLoss with inplace_backward on those fp32 logits, then the cast's 16-bit
-# gradient) keeps 6.
+# gradient) keeps 6. Later InternEvo keeps 8: commit 220953d (2023-12-29, "remove redundant cuda memory
+# in metric calculations", first in v0.2.1dev20240102) drops the clone and runs `torch.exp_` in place
+# (4 + 4); the internevo preset prices the published table's version (its source), 16.
 INTERNEVO_METRIC_LOGIT_BYTES = 16.0

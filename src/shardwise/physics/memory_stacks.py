@@ -248,8 +248,9 @@ STACKS: dict[str, StackMemory] = {
     ),
     "internevo": StackMemory(
         # the fp32 logits at the training metric's peak (16, `INTERNEVO_METRIC_LOGIT_BYTES`; the
-        # flash-attn fused cross-entropy after it keeps 6). The HybridZeroOptimizer (v0.2, commit
-        # 34fc28d, the version of the published memory table): the 16-bit `.grad` autograd accumulates
+        # flash-attn fused cross-entropy after it keeps 6; 8 from v0.2.1dev20240102 on). The
+        # HybridZeroOptimizer (tag v0.2.1dev20231121, commit eba2b85, the published memory table's version;
+        # the same at 34fc28d): the 16-bit `.grad` autograd accumulates
         # in place over the micro-batches, moved into the averaged gradients only in the step
         # (`_sync_grad`, called by `step`): 2; the step at its fullest, the fp32 gradient and AdamW's
         # temporaries over the rank's whole shard, which the optimizer holds as one flat tensor (12,

@@ -96,6 +96,7 @@ class Gpu:
     fp8_any_layout: bool = False
     peak_flops_per_s_fp4: Number = 0.0  # dense FP4 (NVFP4 / MXFP4) peak; 0 = not supported
     peak_ops_per_s_int8: Number = 0.0  # dense INT8 tensor peak (`physics.mmq_ids.int8_ops_per_s`)
+    int8_mma: bool = True  # INT8 tensor-core MMA (Turing on, CDNA); false: Volta (dp4a, `physics.mmq_ids`)
     gemm_table: GemmTable | None = None  # measured 16-bit GEMM rates by shape (`measure micro`)
     # FlashAttention-2's forward efficiency relative to the GEMMs' at its plateau (0: the fused kernel's,
     # `physics.attention_kernels.FLASH_RELATIVE_EFFICIENCY`; Hopper runs FA2 below it, Ampere above it)
@@ -154,6 +155,7 @@ class Gpu:
         chk.boolean(f"{p}: bf16", self.bf16)
         chk.boolean(f"{p}: flash_attention", self.flash_attention)
         chk.boolean(f"{p}: fp8_any_layout", self.fp8_any_layout)
+        chk.boolean(f"{p}: int8_mma", self.int8_mma)
         chk.non_negative(f"{p}: peak_flops_per_s_fp4", self.peak_flops_per_s_fp4)
         chk.within(f"{p}: host_link_bytes_per_s", self.host_link_bytes_per_s, 0.0, 1e13, "B/s")
         chk.within(f"{p}: host_adam_params_per_s", self.host_adam_params_per_s, 0.0, 1e13, "parameters/s")
