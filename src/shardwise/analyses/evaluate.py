@@ -110,9 +110,8 @@ def _plan_kwargs(exp: Experiment, plan: PlanSpec, x: Mapping[str, np.ndarray]) -
     """Plan keyword arguments of the experiment and the plan; serving spreads the experts over the
     TP GPUs, so etp = tp / ep there unless given (`rules.serving_expert_rule`)."""
     kwargs = {"micro_batch": exp.micro_batch, **exp.plan_defaults, **plan.plan_kwargs()}
-    for name in ("first_stage_layers", "last_stage_layers"):  # --first/--last-stage-layers: pp > 1 plans only
-        if name in exp.plan_defaults and name not in plan.plan_kwargs():  # (review 51 #2: tp=8 beside pp=8)
-            kwargs[name] = np.where(np.asarray(x["pp"]) == 1, 0, kwargs[name])
+    for name in {"first_stage_layers", "last_stage_layers"} & set(exp.plan_defaults) - set(plan.plan_kwargs()):
+        kwargs[name] = np.where(np.asarray(x["pp"]) == 1, 0, kwargs[name])  # pp > 1 plans only (review 51 #2)
     whole = recomputed_whole(exp, plan, x)
     if not (np.ndim(whole) == 0 and whole == 0):
         kwargs["recompute_layers"] = whole
@@ -202,7 +201,6 @@ def _scenario(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np
 
 
 scenario_of = _scenario  # (Scenario with array fields, validity mask) of a plan on a link over a grid
-
 SERVING_OUTPUT_LEN = 128  # new tokens per request for --workload decode (context: prompt + half of them)
 
 
