@@ -153,3 +153,20 @@ def test_a_swept_link_is_widened_only_where_it_is_below_nvlink_class():
     link = cluster.intra_node_link.with_(bandwidth_bytes_per_s=rates)
     scn = Scenario(presets.model("gpt-96l-4096h"), cluster.with_(intra_node_link=link), Plan(tp=8, global_batch=8))
     assert np.asarray(over_pcie(scn)).tolist() == [True, True, False, False]
+
+
+def test_a_swept_link_prices_each_point_as_a_single_run_of_that_rate(cli):
+    """On a system with PCIe switches and sockets, a bandwidth sweep from PCIe to NVLink rates prices
+    its 900 GB/s point as a sweep of NVLink rates alone does (a GPU fabric, not the switches), and its
+    4 GB/s point as a PCIe-only sweep (review of crossover --system a100-pcie-8x --vary bandwidth)."""
+    base = "crossover --system a100-pcie-8x --global-batch 8 --no-plot --json --vary"
+
+    def tp_s(grid: str, gb_per_s: float) -> float:
+        code, out, _ = cli([*base.split(), grid])
+        assert code == 0
+        data = json.loads(out)
+        tp = next(s for s in data["series"] if s["plan"] == "tp=8")
+        return next(t for v, t in zip(data["values"], tp["time_s"], strict=True) if abs(v / 1e9 - gb_per_s) < 1e-6)
+
+    assert tp_s("bandwidth=4GB/s..900GB/s", 900) == pytest.approx(tp_s("bandwidth=200GB/s..900GB/s", 900), rel=1e-9)
+    assert tp_s("bandwidth=4GB/s..900GB/s", 4) == pytest.approx(tp_s("bandwidth=4GB/s,8GB/s", 4), rel=1e-9)

@@ -93,7 +93,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardwise.physics.custom_allreduce import P2P_OFF_BANDWIDTH_RATIO
+from shardwise.physics.custom_allreduce import NVLINK_CLASS_BYTES_PER_S, P2P_OFF_BANDWIDTH_RATIO
 from shardwise.specs import Link
 from shardwise.specs._checks import Number
 from shardwise.specs.pcie import PcieTopology
@@ -190,9 +190,14 @@ def group_link(top: PcieTopology, link: Link, p2p: bool, ranks: Number, stride: 
     rate = ring_bandwidth_bytes_per_s(top, link, p2p, ranks, stride)
     direct = np.isclose(rate, np.asarray(link.effective_bandwidth_bytes_per_s, dtype=float))
     ll = np.where(direct, link.ll_bandwidth_bytes_per_s, 0.0)
+    raw = rate / link.efficiency
+    # a swept link rate (crossover --vary bandwidth=4GB/s..900GB/s): its NVLink-class points are a GPU
+    # fabric, not these switches and sockets, and keep the link as given
+    fabric = np.asarray(link.bandwidth_bytes_per_s) >= NVLINK_CLASS_BYTES_PER_S
+    raw, ll = np.where(fabric, link.bandwidth_bytes_per_s, raw), np.where(fabric, link.ll_bandwidth_bytes_per_s, ll)
     return link.with_(
         name=f"{link.name} (PCIe topology)",
-        bandwidth_bytes_per_s=_scalar(rate / link.efficiency),
+        bandwidth_bytes_per_s=_scalar(raw),
         ll_bandwidth_bytes_per_s=_scalar(ll),
     )
 
