@@ -310,12 +310,15 @@ def test_readme_crossover_recipe_in_the_browser(server, browser):
     link by its preset, the recipe by a label)."""
     args = _readme_command("crossover")
     data = _cli_json(args)
-    labels = {"NVLink": "nvlink4", "PCIe": "pcie5"}
+    given = [args[i + 1] for i, a in enumerate(args) if a == "--intra-link"]  # LABEL=preset, as the README gives them
+    labels = dict(g.split("=", 1) for g in given)
     expected = []
     for c in data["crossings"]:
         label, _, rest = c["text"].partition(": ")
         expected.append(f"{labels.get(label, label)}: {rest}")
-    url = _url(server, x_model="llama3-8b", x_gpu="h100-sxm5-80gb", x_links=["nvlink4", "pcie5"], x_vary="batch=1..128")
+    url = _url(
+        server, x_model="llama3-8b", x_gpu="h100-sxm5-80gb", x_links=list(labels.values()), x_vary="batch=1..128"
+    )
     shown = _open(browser, url, "crossover")
     assert shown == " | ".join(expected)
     browser.save_screenshot(str(ARTIFACTS / "recipe-crossover.png"))
